@@ -1,0 +1,77 @@
+"""Argument checks shared by the public API: each error names the argument and its value."""
+import operator
+
+import numpy as np
+
+from fastckpt.kernels import all_finite
+
+
+def check_sizes(sizes):
+    """Layer widths as a tuple of positive ints."""
+    try:
+        out = tuple(operator.index(s) for s in sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a sequence of integers, got {sizes!r}") from None
+    if len(out) < 2:
+        raise ValueError(f"sizes needs at least two layer sizes (input and output), got {list(out)}")
+    for i, s in enumerate(out):
+        if s < 1:
+            raise ValueError(f"sizes[{i}] must be >= 1, got {s}")
+    return out
+
+
+def check_dtype(dtype):
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
+    return dt
+
+
+def check_positive_int(value, name, minimum=1):
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def check_eta(eta):
+    try:
+        v = float(eta)
+    except (TypeError, ValueError):
+        raise TypeError(f"eta must be a real number, got {eta!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"eta must be finite and >= 0, got {eta!r}")
+    return v
+
+
+def as_batch(a, width, name, role):
+    """View ``a`` as (batch, width): accepts (batch, width) and the lab's (batch, width, 1)."""
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    shape = arr.shape
+    if arr.ndim == 3 and shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (batch, {width}) or (batch, {width}, 1), got {shape}")
+    if arr.shape[1] != width:
+        raise ValueError(f"{name} has shape {shape}: {arr.shape[1]} values per sample, "
+                         f"but the network's {role} layer has {width} units")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has no samples (shape {shape})")
+    return arr
+
+
+def nonfinite_error(name, arr):
+    bad = np.argwhere(~np.isfinite(arr))[0]
+    return ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)}: "
+                      f"{arr[tuple(bad)]!r}); clean the data or use a wider dtype")
+
+
+def check_finite(arr, name):
+    """Raise a ValueError naming ``name`` if the contiguous array holds NaN or inf."""
+    if arr.dtype.kind == "f" and not all_finite(arr):
+        raise nonfinite_error(name, arr)

@@ -1,0 +1,15 @@
+"""Numba kernels of fastckpt: batched dense sigmoid layers, loss and update steps.
+
+Kernels trust their callers (``fastckpt`` checks shapes, dtypes and
+contiguity) but still refuse shapes that do not chain, so a wrong call is an
+error rather than a crash.
+"""
+from .activations import bias_sigmoid
+from .blas import blas_threads, set_blas_threads
+from .dense import dense_backward, dense_forward
+from .elementwise import all_finite, quadratic_delta, sgd_step
+
+__all__ = [
+    "all_finite", "bias_sigmoid", "blas_threads", "dense_backward", "dense_forward",
+    "quadratic_delta", "set_blas_threads", "sgd_step",
+]

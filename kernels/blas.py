@@ -1,0 +1,90 @@
+"""GEMM through the BLAS that numpy itself links, callable from jitted kernels.
+
+NOTE [ One BLAS ]
+numpy and scipy each bundle an OpenBLAS; Numba's ``np.dot`` goes through
+scipy's.  Two OpenBLAS thread pools spinning in one process made alternating
+GEMMs ~50x slower on a 2-core machine, so the kernels call numpy's own cblas
+``?gemm`` directly.  The symbol is registered with LLVM under a fixed name and
+declared as an ``ExternalFunction``, which keeps the kernels cacheable (a
+ctypes pointer baked into the code would not be).  Integer arguments are
+declared 64-bit: on x86-64 and aarch64 an LP64 (32-bit int) BLAS reads the low
+half of the same register or 8-byte stack slot, so one declaration serves both
+ILP64 and LP64 builds.
+"""
+import ctypes
+import glob
+import os
+
+import llvmlite.binding as llvm
+import numpy as np
+from numba import types
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+_CANDIDATE_SYMBOLS = (
+    # (dgemm, sgemm, set_num_threads, get_num_threads)
+    ("scipy_cblas_dgemm64_", "scipy_cblas_sgemm64_",
+     "scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("cblas_dgemm64_", "cblas_sgemm64_", "openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("cblas_dgemm", "cblas_sgemm", "openblas_set_num_threads", "openblas_get_num_threads"),
+)
+
+
+def _candidate_libraries():
+    """Shared libraries that may hold numpy's BLAS, most likely first."""
+    numpy_dir = os.path.dirname(np.__file__)
+    paths = sorted(glob.glob(os.path.join(numpy_dir, os.pardir, "numpy.libs", "*blas*")))
+    paths += sorted(glob.glob(os.path.join(numpy_dir, ".dylibs", "*blas*")))
+    try:  # a system or conda numpy: whatever BLAS the process has mapped
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split()[-1] for line in maps if ".so" in line}
+        paths += sorted(p for p in mapped if "blas" in os.path.basename(p) or "mkl_rt" in p)
+    except OSError:
+        pass
+    return paths
+
+
+def _load():
+    for path in _candidate_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for names in _CANDIDATE_SYMBOLS:
+            if all(hasattr(lib, n) for n in names[:2]):
+                funcs = [getattr(lib, n, None) for n in names]
+                return path, names[0], funcs
+    raise ImportError(
+        "fastckpt could not find numpy's BLAS (cblas_dgemm) in any of "
+        f"{_candidate_libraries()!r}; install numpy from its wheels (pip install numpy)"
+    )
+
+
+LIBRARY, SYMBOL, (_dgemm, _sgemm, _set_threads, _get_threads) = _load()
+for _name, _func in (("fastckpt_cblas_dgemm", _dgemm), ("fastckpt_cblas_sgemm", _sgemm)):
+    llvm.add_symbol(_name, ctypes.cast(_func, ctypes.c_void_p).value)
+
+_I, _P = types.int64, types.intp
+cblas_dgemm = types.ExternalFunction("fastckpt_cblas_dgemm", types.void(
+    types.int32, types.int32, types.int32, _I, _I, _I,
+    types.float64, _P, _I, _P, _I, types.float64, _P, _I))
+cblas_sgemm = types.ExternalFunction("fastckpt_cblas_sgemm", types.void(
+    types.int32, types.int32, types.int32, _I, _I, _I,
+    types.float32, _P, _I, _P, _I, types.float32, _P, _I))
+
+if _set_threads is not None:
+    _set_threads.argtypes, _set_threads.restype = [ctypes.c_int64], None
+if _get_threads is not None:
+    _get_threads.argtypes, _get_threads.restype = [], ctypes.c_int64
+
+
+def blas_threads():
+    """Number of threads numpy's BLAS uses (0 if it cannot say)."""
+    return int(_get_threads()) if _get_threads is not None else 0
+
+
+def set_blas_threads(n):
+    """Set the number of threads numpy's BLAS uses."""
+    if _set_threads is None:
+        raise RuntimeError(f"{LIBRARY} has no openblas_set_num_threads")
+    _set_threads(int(n))

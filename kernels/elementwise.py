@@ -1,0 +1,49 @@
+"""Loss derivative, SGD update and finiteness checks on contiguous arrays.
+
+Finiteness is an integer OR over ``x - x != 0`` (NaN for NaN and inf): integer
+reductions are associative, so LLVM vectorizes them without ``fastmath``.
+"""
+import numpy as np
+
+from ._jit import kernel
+
+
+@kernel
+def quadratic_delta(a, y, d):
+    """``d = a - y`` (the lab's ``cost_derivative``); returns the mean of 0.5 * ||a - y||^2."""
+    batch, n = a.shape
+    loss = 0.0
+    for i in range(batch):
+        for j in range(n):
+            e = a[i, j] - y[i, j]
+            d[i, j] = e
+            loss += 0.5 * np.float64(e) * e
+    return loss / batch
+
+
+@kernel
+def all_finite(x):
+    """True when no element of the C-contiguous array ``x`` is NaN or inf."""
+    flat = x.ravel()                                   # a view: x is C-contiguous
+    bad = 0
+    for i in range(flat.shape[0]):
+        v = flat[i]
+        bad |= np.int64((v - v) != 0.0)
+    return bad == 0
+
+
+@kernel
+def sgd_step(p, g, eta):
+    """``p -= eta * g`` (1-D), unless a result would be NaN or inf: then nothing changes.
+
+    Returns True when the update was applied.
+    """
+    bad = 0
+    for i in range(p.shape[0]):
+        v = p[i] - eta * g[i]
+        bad |= np.int64((v - v) != 0.0)
+    if bad != 0:
+        return False
+    for i in range(p.shape[0]):
+        p[i] = p[i] - eta * g[i]
+    return True

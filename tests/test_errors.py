@@ -1,0 +1,116 @@
+"""Bad input gets a clear error naming the argument and the value."""
+import numpy as np
+import pytest
+
+from fastckpt import Network, NetworkWithCheckpointing
+
+
+@pytest.mark.parametrize("sizes,exc,msg", [
+    ([784], ValueError, r"at least two layer sizes.*\[784\]"),
+    ([], ValueError, "at least two"),
+    ([784, 0, 10], ValueError, r"sizes\[1\] must be >= 1, got 0"),
+    ([784, -3, 10], ValueError, r"sizes\[1\] must be >= 1, got -3"),
+    ([784, 2.5, 10], TypeError, "sequence of integers"),
+    (784, TypeError, "sequence of integers"),
+])
+def test_bad_sizes(sizes, exc, msg):
+    with pytest.raises(exc, match=msg):
+        Network(sizes)
+
+
+@pytest.mark.parametrize("n,exc,msg", [(0, ValueError, "checkpoint_every_nth_layer must be >= 1, got 0"),
+                                       (-2, ValueError, "got -2"),
+                                       (1.5, TypeError, "checkpoint_every_nth_layer must be an integer")])
+def test_bad_checkpoint_every_nth_layer(n, exc, msg):
+    with pytest.raises(exc, match=msg):
+        NetworkWithCheckpointing([4, 3, 2], checkpoint_every_nth_layer=n)
+
+
+def test_bad_dtype():
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        Network([4, 2], dtype=np.int32)
+
+
+@pytest.mark.parametrize("x_shape,y_shape,msg", [
+    ((5, 3), (5, 2), r"x_batch has shape \(5, 3\): 3 values per sample, but the network's input layer has 4"),
+    ((5, 4), (5, 3), r"y_batch has shape \(5, 3\).*output layer has 2"),
+    ((5, 4), (6, 2), "x_batch has 5 samples but y_batch has 6"),
+    ((0, 4), (0, 2), "x_batch has no samples"),
+    ((4,), (2,), r"x_batch must have shape \(batch, 4\)"),
+    ((5, 4, 2), (5, 2), r"x_batch must have shape"),
+])
+def test_bad_batch_shapes(x_shape, y_shape, msg):
+    net = Network([4, 3, 2])
+    with pytest.raises(ValueError, match=msg):
+        net.backprop(np.zeros(x_shape), np.zeros(y_shape))
+
+
+def test_bad_batch_dtypes():
+    net = Network([4, 3, 2])
+    with pytest.raises(TypeError, match="x_mini_batch must hold real numbers, got dtype <U1"):
+        net.update_mini_batch(np.full((2, 4), "a"), np.zeros((2, 2)), 0.1)
+    with pytest.raises(TypeError, match="y_batch must hold real numbers, got dtype complex128"):
+        net.backprop(np.zeros((2, 4)), np.zeros((2, 2), dtype=complex))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_inputs(bad):
+    net = Network([4, 3, 2])
+    x = np.zeros((3, 4))
+    x[1, 2] = bad
+    before = [w.copy() for w in net.weights]
+    with pytest.raises(ValueError, match=r"x_mini_batch contains NaN or inf \(first at index \(1, 2\)"):
+        net.update_mini_batch(x, np.zeros((3, 2)), 0.1)
+    y = np.zeros((3, 2))
+    y[2, 1] = bad
+    with pytest.raises(ValueError, match=r"y_batch contains NaN or inf \(first at index \(2, 1\)"):
+        net.backprop(np.zeros((3, 4)), y)
+    with pytest.raises(ValueError, match=r"x_test_data contains NaN or inf"):
+        net.evaluate(x, np.zeros(3, dtype=int))
+    for a, b in zip(before, net.weights):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_float32_overflowing_input_is_caught():
+    net = Network([4, 2], dtype=np.float32)
+    with pytest.raises(ValueError, match="x_batch contains NaN or inf"):
+        net.backprop(np.full((2, 4), 1e39), np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("eta,exc", [(np.nan, ValueError), (-1.0, ValueError), ("fast", TypeError)])
+def test_bad_eta(eta, exc):
+    with pytest.raises(exc, match="eta"):
+        Network([4, 2]).update_mini_batch(np.zeros((1, 4)), np.zeros((1, 2)), eta)
+
+
+def test_bad_sgd_arguments():
+    net = Network([4, 2])
+    x, y = np.zeros((10, 4)), np.zeros((10, 2))
+    with pytest.raises(ValueError, match="mini_batch_size must be >= 1, got 0"):
+        net.SGD((x, y), 1, 0, 0.1)
+    with pytest.raises(ValueError, match="mini_batch_size must be <= the 10 training samples, got 11"):
+        net.SGD((x, y), 1, 11, 0.1)
+    with pytest.raises(ValueError, match="epochs must be >= 0, got -1"):
+        net.SGD((x, y), -1, 2, 0.1)
+    with pytest.raises(TypeError, match="training_data must be a pair"):
+        net.SGD(x, 1, 2, 0.1)
+    with pytest.raises(ValueError, match=r"training_data\[0\] has 10 samples but training_data\[1\] has 9"):
+        net.SGD((x, y[:9]), 1, 2, 0.1)
+
+
+def test_bad_assigned_parameters():
+    net = Network([4, 3, 2])
+    net.weights[1] = np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"weights\[1\] must have shape \(2, 3\), got \(3, 2\)"):
+        net.backprop(np.zeros((1, 4)), np.zeros((1, 2)))
+    net.weights[1] = np.full((2, 3), np.nan)
+    with pytest.raises(ValueError, match=r"weights\[1\] contains NaN or inf"):
+        net.backprop(np.zeros((1, 4)), np.zeros((1, 2)))
+
+
+def test_bad_forward_between_checkpoints_indices():
+    net = NetworkWithCheckpointing([4, 3, 2], 1)
+    with pytest.raises(ValueError, match=r"0 <= layer_idx_start <= layer_idx_end <= 2, got 2 and 1"):
+        net.forward_between_checkpoints(np.zeros((1, 2)), 2, 1)
+    with pytest.raises(ValueError, match=r"a has shape \(1, 4\): 4 values per sample"):
+        net.forward_between_checkpoints(np.zeros((1, 4)), 1, 2)
