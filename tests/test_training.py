@@ -97,5 +97,6 @@ def test_steps_after_the_first_allocate_no_arrays(tmp_path, mnist, cls):
         numba_array = rec.size >= 256 and any(f.startswith("NRT_MemInfo_alloc") for f in frames)
         if numpy_array or numba_array:
             arrays.append((rec.size, list(rec.stack_trace())[:3]))
+    # numpy serves arrays under 1 KiB from a cache without malloc; every (batch, width) buffer is larger
     assert records > 0                                # the tracker saw the steps
     assert arrays == []
