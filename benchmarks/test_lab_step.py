@@ -8,8 +8,8 @@ import pytest
 
 import lab_numpy
 import naive
-from conftest import memray_peak
 from fastckpt import Network, NetworkWithCheckpointing, load_mnist
+from fastckpt.memory import memray_peak
 
 SIZES = [784, 40, 30, 10]
 BATCH = 100

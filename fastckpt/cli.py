@@ -1,12 +1,11 @@
 """The ``fastckpt`` command: ``fastckpt compare`` trains with and without checkpointing."""
 import argparse
-import os
 import sys
-import tempfile
 
 import numpy as np
 
 from .data import load_mnist
+from .memory import memray_peak
 from .network import Network, NetworkWithCheckpointing
 
 
@@ -18,16 +17,21 @@ def _sizes(text):
     return sizes
 
 
-def _memray_peak(build, x, y, eta, steps=5):
-    """memray's peak over building a network and running a few training steps."""
-    import memray
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "peak.bin")
-        with memray.Tracker(path):
-            net = build()
-            for _ in range(steps):
-                net.update_mini_batch(x, y, eta)
-        return memray.FileReader(path).metadata.peak_memory
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _build_and_train(build, x, y, eta, steps=5):
+    """Build a network and run a few training steps: the work whose peak memory compare reports."""
+    net = build()
+    for _ in range(steps):
+        net.update_mini_batch(x, y, eta)
 
 
 def compare(args):
@@ -45,7 +49,7 @@ def compare(args):
         def seeded(build=build):
             np.random.seed(args.seed)
             return build()
-        peak = _memray_peak(seeded, xb, yb, args.eta)
+        peak = memray_peak(lambda: _build_and_train(seeded, xb, yb, args.eta))
         net = seeded()
         print(f"training {name} ...", flush=True)
         _, times = net.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta,
@@ -80,10 +84,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare", help="train on MNIST with and without checkpointing and compare")
     p.add_argument("--sizes", type=_sizes, default=[784, 40, 30, 10], help="layer widths (default 784,40,30,10)")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--epochs", type=_positive, default=10)
+    p.add_argument("--batch-size", type=_positive, default=10)
     p.add_argument("--eta", type=float, default=3.0)
-    p.add_argument("--every", type=int, default=2, help="checkpoint every n-th layer (default 2)")
+    p.add_argument("--every", type=_positive, default=2, help="checkpoint every n-th layer (default 2)")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="the lab's mnist.npz or an IDX folder (default: embedded MNIST)")
