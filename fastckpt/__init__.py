@@ -4,7 +4,9 @@
 """
 from .data import load_mnist
 from .network import Network, NetworkWithCheckpointing
-from .plan import Plan
+from . import strategies
+from .schedule import Plan
+from .strategies import InfeasiblePlan, plan
 
 __version__ = "0.1.0"
-__all__ = ["Network", "NetworkWithCheckpointing", "Plan", "load_mnist"]
+__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "plan", "strategies"]

@@ -5,9 +5,12 @@ reused for every step; a smaller batch uses leading rows of the same buffers.
 """
 import numpy as np
 
-from fastckpt.kernels import dense_backward, dense_forward, quadratic_delta
+from fastckpt.kernels import dense_backward, dense_backward_sgd, dense_forward, quadratic_delta
 
-from .plan import delta_elems
+from .schedule import delta_elems
+
+FWD, LOSS, BWD = 0, 1, 2
+_KINDS = {"fwd": FWD, "loss": LOSS, "bwd": BWD}
 
 
 class Workspace:
@@ -19,7 +22,7 @@ class Workspace:
         self.activations = np.empty(plan.workspace_elems, dtype=plan.dtype)
         self.deltas = np.empty(delta_elems(sizes, batch), dtype=plan.dtype)
         self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
-        self._odd_rows = max(sizes[1::2]) * batch          # a[1], a[3], ... deltas first
+        self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self._ops = {}
         self._stage = {}
 
@@ -44,21 +47,21 @@ class Workspace:
 
     def _delta(self, index, batch):
         width = self.plan.sizes[index]
+        if index == 0:
+            return np.empty((0, width), dtype=self.plan.dtype)  # the input has no delta
         start = 0 if index % 2 == 1 else self._odd_rows
         return self.deltas[start:start + batch * width].reshape(batch, width)
 
     def _build(self, batch):
-        plan = self.plan
         built = []
-        for (kind, layer), reads, write in zip(plan.ops, plan.reads, plan.writes):
+        for (kind, layer), read, write in zip(self.plan.ops, self.plan.reads, self.plan.writes):
+            a = self._act(read, layer, batch)
             if kind == "fwd":
-                built.append((True, layer, self._act(reads[0], layer, batch),
-                              self._act(write, layer + 1, batch), None, None))
+                built.append((FWD, layer, a, self._act(write, layer + 1, batch), None))
+            elif kind == "loss":
+                built.append((LOSS, layer, a, self._delta(layer, batch), None))
             else:
-                d_in = (self._delta(layer, batch) if layer > 0
-                        else np.empty((0, plan.sizes[0]), dtype=plan.dtype))
-                built.append((False, layer, self._act(reads[0], layer, batch),
-                              self._act(reads[1], layer + 1, batch), self._delta(layer + 1, batch), d_in))
+                built.append((BWD, layer, a, self._delta(layer + 1, batch), self._delta(layer, batch)))
         return built
 
 
@@ -71,30 +74,38 @@ class Engine:
         self.forward_counts = [0] * plan.n_layers
         self.trace = None                        # set to a list to record (op, layer) events
 
-    def step(self, x, y, weights, biases, grad_w, grad_b):
-        """Gradients of the mean loss over the batch into grad_w, grad_b; returns the loss."""
+    def step(self, x, y, weights, biases, grad_w=None, grad_b=None, eta=None):
+        """One pass over the plan; returns the mean loss.
+
+        With ``grad_w``/``grad_b`` the batch-mean gradients are written there.
+        With ``eta`` instead, each layer's SGD update is applied as soon as its
+        gradient is final (optimizer in backward): no gradient buffers at all.
+        """
         batch = x.shape[0]
         scale = 1.0 / batch
+        step = None if eta is None else eta * scale
         scratch = self.workspace.scratch
         counts = self.forward_counts
         for i in range(len(counts)):
             counts[i] = 0
         trace = self.trace
         loss = np.nan
-        last = self.plan.n_layers - 1
-        for is_fwd, layer, a_in, a_out, d_out, d_in in self.workspace.ops(batch):
-            if a_in is None:
-                a_in = x
-            if is_fwd:
-                dense_forward(a_in, weights[layer], biases[layer], scratch, a_out)
+        for kind, layer, a, d_out, d_in in self.workspace.ops(batch):
+            if a is None:
+                a = x
+            if kind == FWD:
+                dense_forward(a, weights[layer], biases[layer], scratch, d_out)
                 counts[layer] += 1
-            else:
-                if layer == last:
-                    loss = quadratic_delta(a_out, y, d_out)
-                    if not np.isfinite(loss):
-                        raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
-                dense_backward(a_in, a_out, weights[layer], d_out, scale, scratch,
-                               grad_w[layer], grad_b[layer], d_in)
+            elif kind == LOSS:
+                loss = quadratic_delta(a, y, d_out)
+                if not np.isfinite(loss):
+                    raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
+            elif step is None:
+                dense_backward(a, weights[layer], d_out, scale, scratch, grad_w[layer], grad_b[layer], d_in)
+            elif not dense_backward_sgd(a, weights[layer], biases[layer], d_out, step, scratch, d_in):
+                raise FloatingPointError(
+                    f"the update made layer {layer}'s parameters NaN or inf; with the optimizer in "
+                    f"backward, layers {layer}..{self.plan.n_layers - 1} are already updated")
             if trace is not None:
-                trace.append(("fwd" if is_fwd else "bwd", layer))
+                trace.append(("fwd" if kind == FWD else "loss" if kind == LOSS else "bwd", layer))
         return loss

@@ -10,9 +10,12 @@ from fastckpt.kernels import dense_forward, sgd_step
 
 from ._checks import as_batch, check_dtype, check_eta, check_finite, check_positive_int, check_sizes
 from .engine import Engine
-from .plan import compile_plan, lab_checkpoints, param_layout, segment_schedule
+from .schedule import param_layout
+from .strategies import EveryNth, Plain, parse_strategy
+from .strategies import plan as make_plan
 
 _EVAL_CHUNK = 4096  # rows per forward pass in evaluate()
+_DRAW_CHUNK = 32768  # normals drawn per call at initialisation (same stream as one big draw)
 
 
 class Network:
@@ -39,16 +42,17 @@ class Network:
         arrays assigned to them are copied into it.
     """
 
-    def __init__(self, sizes, *, dtype=np.float64):
+    def __init__(self, sizes, *, dtype=np.float64, optimizer_in_backward=False):
         sizes = check_sizes(sizes)
         self.dtype = check_dtype(dtype)
+        if not isinstance(optimizer_in_backward, (bool, np.bool_)):
+            raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
+        self.optimizer_in_backward = bool(optimizer_in_backward)
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self._flat, self._weight_views, self._bias_views = self._flat_buffer()
-        for b, y in zip(self._bias_views, sizes[1:]):          # the lab's draw order
-            b[...] = np.random.randn(y, 1)
-        for w, x, y in zip(self._weight_views, sizes[:-1], sizes[1:]):
-            w[...] = np.random.randn(y, x)
+        for view in self._bias_views + self._weight_views:     # the lab's draw order
+            _draw_normal(view.reshape(-1))
         self.biases = list(self._bias_views)
         self.weights = list(self._weight_views)
         self._engine = None
@@ -67,18 +71,12 @@ class Network:
         return flat, w, b
 
     # -- the schedule -----------------------------------------------------------------------
-    def _schedule(self):
-        """Ops of one training step; plain backprop keeps every activation."""
-        n = self.num_layers - 1
-        return segment_schedule(n, list(range(n)))
-
-    def _strategy_name(self):
-        return "plain"
+    strategy = Plain()
 
     def plan(self, batch_size):
-        """The :class:`~fastckpt.plan.Plan` a training step of ``batch_size`` samples follows."""
-        batch_size = check_positive_int(batch_size, "batch_size")
-        return compile_plan(self.sizes, batch_size, self.dtype, self._schedule(), self._strategy_name())
+        """The :class:`~fastckpt.schedule.Plan` a training step of ``batch_size`` samples follows."""
+        return make_plan(self.sizes, batch_size, self.dtype, self.strategy,
+                         optimizer_in_backward=self.optimizer_in_backward)
 
     def _engine_for(self, batch):
         if self._engine is None or self._engine.plan.batch_size < batch:
@@ -166,6 +164,11 @@ class Network:
     def update_mini_batch(self, x_mini_batch, y_mini_batch, eta):
         """One SGD step on the batch-mean gradient; parameters are updated in place."""
         eta = check_eta(eta)
+        if self.optimizer_in_backward:
+            engine, xb, yb = self._batch(x_mini_batch, y_mini_batch, "x_mini_batch", "y_mini_batch")
+            w2, b1 = self._params()
+            self.last_loss = engine.step(xb, yb, w2, b1, eta=eta)
+            return
         self._gradients(x_mini_batch, y_mini_batch, "x_mini_batch", "y_mini_batch")
         if not sgd_step(self._flat, self._grad_buffers()[2], eta):
             raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
@@ -292,30 +295,46 @@ class Network:
 
 
 class NetworkWithCheckpointing(Network):
-    """A :class:`Network` whose backprop keeps only every n-th layer's input.
+    """A :class:`Network` whose backprop keeps only some activations and recomputes the rest.
 
     Parameters
     ----------
     sizes : sequence of int
         Units per layer, input first.
     checkpoint_every_nth_layer : int, optional
-        Keep the inputs of layers 0, n, 2n, ... after the forward pass and
-        recompute every other activation at most once during backprop.  1 is
-        plain backprop.
+        The lab's rule (default 2): keep the inputs of layers 0, n, 2n, ...
+        after the forward pass and recompute every other activation at most
+        once during backprop.  1 is plain backprop.  Same as
+        ``strategy="every_nth(n)"``.
+    strategy : Strategy or str, optional
+        Any strategy of :func:`fastckpt.plan` instead: ``"sqrt"``,
+        ``"segments(8)"``, ``"revolve(4)"``, ``"budget(24MiB)"``, ...
+        Give this or ``checkpoint_every_nth_layer``, not both.
     dtype : {numpy.float64, numpy.float32}, optional
+    optimizer_in_backward : bool, optional
+        See :class:`Network`.
     """
 
-    def __init__(self, sizes, checkpoint_every_nth_layer=2, *args, **kwargs):
+    def __init__(self, sizes, checkpoint_every_nth_layer=None, *args, strategy=None, **kwargs):
         super().__init__(sizes, *args, **kwargs)
-        self.checkpoint_every_nth_layer = check_positive_int(
-            checkpoint_every_nth_layer, "checkpoint_every_nth_layer")
-        self.checkpoints_layer_idx = lab_checkpoints(self.num_layers - 1, self.checkpoint_every_nth_layer)
+        if strategy is not None and checkpoint_every_nth_layer is not None:
+            raise ValueError(f"give checkpoint_every_nth_layer or strategy, not both; got "
+                             f"{checkpoint_every_nth_layer!r} and {strategy!r}")
+        if strategy is None:
+            n = 2 if checkpoint_every_nth_layer is None else checkpoint_every_nth_layer
+            strategy = EveryNth(check_positive_int(n, "checkpoint_every_nth_layer"))
+        self.strategy = parse_strategy(strategy)
+        self.strategy.tree(self.sizes, 1, self.dtype.itemsize)      # refuse e.g. segments(k > L) now
+        self.checkpoint_every_nth_layer = getattr(self.strategy, "n", None)
 
-    def _schedule(self):
-        return segment_schedule(self.num_layers - 1, self.checkpoints_layer_idx)
-
-    def _strategy_name(self):
-        return f"every_nth({self.checkpoint_every_nth_layer})"
+    @property
+    def checkpoints_layer_idx(self):
+        """Layers whose input is kept after the forward pass: the lab's 0, n, 2n, ... for
+        ``every_nth(n)``; for other strategies, those of the plan in use (batch 1 before any step)."""
+        if isinstance(self.strategy, EveryNth):
+            return list(range(0, self.num_layers - 1, self.strategy.n))
+        plan = self._engine.plan if self._engine is not None else self.plan(1)
+        return [j for j in plan.kept if j < self.num_layers - 1]
 
     def forward_between_checkpoints(self, a, layer_idx_start, layer_idx_end):
         """Activations ``[a, a[start+1], ..., a[end]]`` from ``a``, the input of layer ``start``.
@@ -332,6 +351,15 @@ class NetworkWithCheckpointing(Network):
         arr, layout = self._as_input(a, self.sizes[start], "a")
         outs = self._forward(arr, start, end)
         return [a] + [self._shape_like(o, layout) for o in outs[1:]]
+
+
+def _draw_normal(out):
+    """Fill the 1-D ``out`` from ``np.random.randn`` in chunks: the same numbers as one draw of
+    its size (the legacy generator keeps its spare normal between calls), without a
+    float64 temporary the size of the largest layer."""
+    for i in range(0, out.shape[0], _DRAW_CHUNK):
+        part = out[i:i + _DRAW_CHUNK]
+        part[...] = np.random.randn(part.shape[0])
 
 
 def _pair(data, name):

@@ -4,18 +4,19 @@ Forward, for a layer with weights ``W`` (n_out, n_in) and bias ``b`` (n_out,):
 
 .. math::  A_{out} = \\sigma(A_{in} W^T + b)
 
-Backward, from ``D = dL/dA_out`` (batch, n_out), using only the stored output
-(sigma' = a (1 - a)):
+Backward works on pre-activation deltas ``G = dL/dZ`` and needs only the
+layer's stored input (sigma' = a (1 - a) of the input, which is the output of
+the layer below):
 
 .. math::
 
-    G = D \\odot A_{out} \\odot (1 - A_{out}), \\quad
-    \\nabla W = s\\, G^T A_{in}, \\quad
-    \\nabla b = s \\textstyle\\sum_i G_{i,:}, \\quad
-    dL/dA_{in} = G W
+    \\nabla W = s\\, G_{out}^T A_{in}, \\quad
+    \\nabla b = s \\textstyle\\sum_i G_{out,i,:}, \\quad
+    G_{in} = (G_{out} W) \\odot A_{in} \\odot (1 - A_{in})
 
-with ``s`` the batch-mean scale 1/batch.  Every kernel writes into arrays its
-caller passes; none allocates.
+with ``s`` the batch-mean scale 1/batch.  So reversing layer ``l`` reads one
+activation, ``a[l]``: the checkpointing model of one stored state per step.
+Every kernel writes into arrays its caller passes; none allocates.
 """
 import numpy as np
 
@@ -46,30 +47,85 @@ def dense_forward(a_in, w, b, scratch, a_out):
     bias_sigmoid(a_out, b, scratch)
 
 
-@kernel
-def dense_backward(a_in, a_out, w, d_out, scale, scratch, grad_w, grad_b, d_in):
-    """Backward step of one layer; ``d_out`` is overwritten with the pre-activation delta.
-
-    grad_w (n_out, n_in) and grad_b (n_out,) get ``scale``-weighted sums over the
-    batch.  ``d_in`` (batch, n_in) gets dL/dA_in unless it has no rows (first layer).
-    """
+@inline
+def _check_backward(a_in, w, dz_out, scratch, dz_in):
     batch, n_in = a_in.shape
     n_out = w.shape[0]
-    if (a_out.shape[0] != batch or a_out.shape[1] != n_out or d_out.shape[0] != batch
-            or d_out.shape[1] != n_out or grad_w.shape[0] != n_out or grad_w.shape[1] != n_in
-            or scratch.shape[0] < n_out or grad_b.shape[0] != n_out):
+    if (w.shape[1] != n_in or dz_out.shape[0] != batch or dz_out.shape[1] != n_out
+            or scratch.shape[0] < n_out or (dz_in.shape[0] > 0 and (dz_in.shape[0] != batch
+                                                                   or dz_in.shape[1] != n_in))):
         raise ValueError("dense_backward: shapes do not chain")
-    acc = scratch[:n_out]                              # (n_out,) float64 bias-gradient sums
+
+
+@inline
+def _bias_sums(dz_out, acc):
+    """acc[j] = sum over rows of dz_out[:, j], accumulated in float64."""
     acc[:] = 0.0
-    for i in range(batch):
-        ai = a_out[i]
-        di = d_out[i]
-        for j in range(n_out):
-            g = np.float64(di[j]) * ai[j] * (1.0 - ai[j])
-            di[j] = g
+    for i in range(dz_out.shape[0]):
+        di = dz_out[i]
+        for j in range(dz_out.shape[1]):
             acc[j] += di[j]
+
+
+@inline
+def _delta_in(a_in, w, dz_out, dz_in):
+    """dz_in = (dz_out @ w) * a_in * (1 - a_in): the delta of the layer below."""
+    batch, n_in = a_in.shape
+    gemm(NO_TRANS, NO_TRANS, batch, n_in, w.shape[0], 1.0, dz_out, w.shape[0], w, n_in, 0.0, dz_in, n_in)
+    for i in range(batch):
+        ai = a_in[i]
+        di = dz_in[i]
+        for j in range(n_in):
+            di[j] = np.float64(di[j]) * ai[j] * (1.0 - ai[j])
+
+
+@kernel
+def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in):
+    """Gradients of one layer from its output delta, and the delta of the layer below.
+
+    ``grad_w`` (n_out, n_in) and ``grad_b`` (n_out,) get ``scale``-weighted sums
+    over the batch of ``dz_out`` (batch, n_out).  ``dz_in`` (batch, n_in) gets
+    the layer below's pre-activation delta unless it has no rows (first layer).
+    """
+    _check_backward(a_in, w, dz_out, scratch, dz_in)
+    batch, n_in = a_in.shape
+    n_out = w.shape[0]
+    if grad_w.shape[0] != n_out or grad_w.shape[1] != n_in or grad_b.shape[0] != n_out:
+        raise ValueError("dense_backward: gradient shapes do not match the layer")
+    acc = scratch[:n_out]                              # (n_out,) float64 bias-gradient sums
+    _bias_sums(dz_out, acc)
     for j in range(n_out):
         grad_b[j] = scale * acc[j]
-    gemm(TRANS, NO_TRANS, n_out, n_in, batch, scale, d_out, n_out, a_in, n_in, 0.0, grad_w, n_in)
-    if d_in.shape[0] > 0:
-        gemm(NO_TRANS, NO_TRANS, batch, n_in, n_out, 1.0, d_out, n_out, w, n_in, 0.0, d_in, n_in)
+    gemm(TRANS, NO_TRANS, n_out, n_in, batch, scale, dz_out, n_out, a_in, n_in, 0.0, grad_w, n_in)
+    if dz_in.shape[0] > 0:
+        _delta_in(a_in, w, dz_out, dz_in)
+
+
+@kernel
+def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in):
+    """Backward step that applies SGD at once: ``w -= step * dz_out^T a_in``, ``b -= step * sum(dz_out)``.
+
+    ``dz_in`` is computed first, from the weights before the update, so the
+    result equals computing the gradient and then updating (up to the rounding
+    of folding ``step`` into the GEMM).  Returns False when the updated ``w`` or
+    ``b`` holds a NaN or inf.
+    """
+    _check_backward(a_in, w, dz_out, scratch, dz_in)
+    batch, n_in = a_in.shape
+    n_out = w.shape[0]
+    if b.shape[0] != n_out:
+        raise ValueError("dense_backward_sgd: bias shape does not match the layer")
+    if dz_in.shape[0] > 0:
+        _delta_in(a_in, w, dz_out, dz_in)
+    acc = scratch[:n_out]
+    _bias_sums(dz_out, acc)
+    bad = 0
+    for j in range(n_out):
+        b[j] = b[j] - step * acc[j]
+        bad |= np.int64((b[j] - b[j]) != 0.0)
+    gemm(TRANS, NO_TRANS, n_out, n_in, batch, -step, dz_out, n_out, a_in, n_in, 1.0, w, n_in)
+    flat = w.ravel()
+    for k in range(flat.shape[0]):
+        v = flat[k]
+        bad |= np.int64((v - v) != 0.0)
+    return bad == 0

@@ -9,14 +9,17 @@ from ._jit import kernel
 
 
 @kernel
-def quadratic_delta(a, y, d):
-    """``d = a - y`` (the lab's ``cost_derivative``); returns the mean of 0.5 * ||a - y||^2."""
+def quadratic_delta(a, y, dz):
+    """``dz = (a - y) * a * (1 - a)``, the output layer's pre-activation delta; returns the mean loss.
+
+    ``a - y`` is the lab's ``cost_derivative``; the loss is the batch mean of 0.5 * ||a - y||^2.
+    """
     batch, n = a.shape
     loss = 0.0
     for i in range(batch):
         for j in range(n):
             e = a[i, j] - y[i, j]
-            d[i, j] = e
+            dz[i, j] = np.float64(e) * a[i, j] * (1.0 - a[i, j])
             loss += 0.5 * np.float64(e) * e
     return loss / batch
 

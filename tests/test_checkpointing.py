@@ -59,7 +59,7 @@ def test_recompute_happens_during_backprop_and_segments_walk_down(rng):
     trace = ckpt._engine.trace
     assert trace[:7] == [("fwd", layer) for layer in range(7)]
     # checkpoints 0, 3, 6: last segment [6, 7) kept, then [3, 6) and [0, 3) recomputed
-    assert trace[7:] == [("bwd", 6),
+    assert trace[7:] == [("loss", 7), ("bwd", 6),
                          ("fwd", 3), ("fwd", 4), ("bwd", 5), ("bwd", 4), ("bwd", 3),
                          ("fwd", 0), ("fwd", 1), ("bwd", 2), ("bwd", 1), ("bwd", 0)]
 
@@ -68,10 +68,12 @@ def test_checkpointing_uses_less_activation_memory():
     sizes = [64] * 17
     plain = Network(sizes).plan(32).bytes()
     ckpt = NetworkWithCheckpointing(sizes, checkpoint_every_nth_layer=4).plan(32).bytes()
-    assert ckpt["activations"] < plain["activations"]
-    assert plain["activations"] == 16 * 32 * 64 * 8          # every activation, nothing shared
-    # checkpoints a0 (input), a4, a8, a12 kept, plus the last segment a13..a16; a segment's 3 inside
-    assert ckpt["activations"] == (3 + 4) * 32 * 64 * 8
+    workspace = {k: v["kept_activations"] + v["recompute_buffers"] for k, v in
+                 (("plain", plain), ("ckpt", ckpt))}
+    assert workspace["plain"] == plain["kept_activations"] == 16 * 32 * 64 * 8   # every activation
+    # checkpoints a0 (input), a4, a8, a12 kept, plus the last segment a13..a16
+    assert ckpt["kept_activations"] == workspace["ckpt"] == (3 + 4) * 32 * 64 * 8
+    assert plain["deltas"] == ckpt["deltas"] == 2 * 32 * 64 * 8
 
 
 @pytest.mark.parametrize("sizes,n", [([784, 40, 30, 10], 2), ([9, 7, 5, 3, 6], 2)], ids=str)

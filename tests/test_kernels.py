@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import naive
-from fastckpt.kernels import (all_finite, bias_sigmoid, dense_backward, dense_forward,
+from fastckpt.kernels import (all_finite, bias_sigmoid, dense_backward, dense_backward_sgd, dense_forward,
                               quadratic_delta, sgd_step)
 
 SHAPES = [(1, 1, 1), (1, 784, 40), (3, 7, 5), (17, 33, 1), (100, 40, 30), (64, 257, 129)]
@@ -35,20 +35,35 @@ def test_dense_forward_matches_numpy(rng, shape, dtype):
 @pytest.mark.parametrize("first_layer", [False, True])
 def test_dense_backward_matches_numpy(rng, shape, dtype, first_layer):
     batch, n_in, n_out = shape
-    a_in, w, _ = _layer(rng, batch, n_in, n_out, dtype)
-    a_out = rng.random((batch, n_out)).astype(dtype)
-    d_out = rng.standard_normal((batch, n_out)).astype(dtype)
-    f64 = [v.astype(np.float64) for v in (a_in, w, a_out, d_out)]
-    dz = f64[3] * f64[2] * (1 - f64[2])
+    a_in, w, b = _layer(rng, batch, n_in, n_out, dtype)
+    dz_out = rng.standard_normal((batch, n_out)).astype(dtype)
+    f64 = [v.astype(np.float64) for v in (a_in, w, dz_out)]
     gw, gb = np.empty_like(w), np.empty(n_out, dtype=dtype)
-    d_in = np.empty((0 if first_layer else batch, n_in), dtype=dtype)
-    dense_backward(a_in, a_out, w, d_out, 1.0 / batch, np.empty(n_out), gw, gb, d_in)
+    dz_in = np.empty((0 if first_layer else batch, n_in), dtype=dtype)
+    dense_backward(a_in, w, dz_out, 1.0 / batch, np.empty(n_out), gw, gb, dz_in)
     tol = TOL[dtype] * 10 * (1 if dtype == np.float64 else max(1, batch / 8))
-    np.testing.assert_allclose(d_out, dz, rtol=tol, atol=tol * 1e-3)
-    np.testing.assert_allclose(gw, dz.T @ f64[0] / batch, rtol=tol, atol=tol * np.abs(dz).max())
-    np.testing.assert_allclose(gb, dz.mean(axis=0), rtol=tol, atol=tol * np.abs(dz).max())
+    scale = np.abs(f64[2]).max()
+    np.testing.assert_allclose(gw, f64[2].T @ f64[0] / batch, rtol=tol, atol=tol * scale)
+    np.testing.assert_allclose(gb, f64[2].mean(axis=0), rtol=tol, atol=tol * scale)
+    ref_in = (f64[2] @ f64[1]) * f64[0] * (1 - f64[0])
     if not first_layer:
-        np.testing.assert_allclose(d_in, dz @ f64[1], rtol=tol, atol=tol * np.abs(dz).max() * n_out)
+        np.testing.assert_allclose(dz_in, ref_in, rtol=tol, atol=tol * scale * n_out)
+    # the fused form: the same delta from the old weights, then w -= step * gradient
+    step = 0.3
+    w2, b2 = w.copy(), b.copy()
+    dz_in2 = np.empty_like(dz_in)
+    assert dense_backward_sgd(a_in, w2, b2, dz_out, step, np.empty(n_out), dz_in2)
+    np.testing.assert_allclose(w2, f64[1] - step * (f64[2].T @ f64[0]),
+                               rtol=tol, atol=tol * scale * batch)
+    np.testing.assert_allclose(b2, b - step * f64[2].sum(axis=0), rtol=tol, atol=tol * scale * batch)
+    if not first_layer:
+        np.testing.assert_array_equal(dz_in2, dz_in)
+
+
+def test_dense_backward_sgd_reports_non_finite_results(rng):
+    a_in, w, b = _layer(rng, 4, 3, 2, np.float64)
+    dz_out = np.full((4, 2), 1e300)
+    assert not dense_backward_sgd(a_in, w, b, dz_out, 1e300, np.empty(2), np.empty((4, 3)))
 
 
 def test_sigmoid_edges_nan_inf_and_no_subnormals():
@@ -80,7 +95,7 @@ def test_quadratic_delta(rng):
     a, y = rng.random((9, 4)), rng.random((9, 4))
     d = np.empty_like(a)
     loss = quadratic_delta(a, y, d)
-    np.testing.assert_array_equal(d, a - y)
+    np.testing.assert_array_equal(d, (a - y) * a * (1 - a))     # the output's pre-activation delta
     assert loss == pytest.approx(0.5 * np.sum((a - y) ** 2) / 9, rel=1e-14)
 
 
@@ -115,5 +130,10 @@ def test_kernels_refuse_shapes_that_do_not_chain(rng):
     with pytest.raises(ValueError):
         dense_forward(a_in, w, b, np.empty(1), np.empty((4, 3)))   # scratch too short
     with pytest.raises(ValueError, match="do not chain"):
-        dense_backward(a_in, np.empty((4, 3)), w, np.empty((4, 2)), 0.25, np.empty(3),
+        dense_backward(a_in, w, np.empty((4, 2)), 0.25, np.empty(3),
                        np.empty((3, 5)), np.empty(3), np.empty((4, 5)))
+    with pytest.raises(ValueError, match="gradient shapes"):
+        dense_backward(a_in, w, np.empty((4, 3)), 0.25, np.empty(3),
+                       np.empty((3, 4)), np.empty(3), np.empty((4, 5)))
+    with pytest.raises(ValueError, match="do not chain"):
+        dense_backward_sgd(a_in, w, b, np.empty((4, 3)), 0.1, np.empty(3), np.empty((3, 5)))
