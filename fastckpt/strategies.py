@@ -2,17 +2,8 @@
 
 ``plain``, ``every_nth(n)``, ``segments(k)`` and ``sqrt`` keep a set of
 checkpoints and recompute each segment between them at most once.
-``revolve(slots)`` and ``budget(bytes)`` search the trees of
-:mod:`fastckpt.schedule` by dynamic programming:
-
-.. math::
-
-    C(s, t) = \\min_{s < i < t} \\; F(s, i) + C(i, t) + C(s, i), \\qquad C(s, s + 1) = 0
-
-where ``F(s, i)`` is the forward FLOPs of layers ``s .. i-1``, ``C(i, t)``
-runs with ``a[i]`` held on top of the stack and ``C(s, i)`` without it.
-``revolve`` bounds the stack depth; ``budget`` bounds the exact peak bytes,
-keeping for every sub-chain the whole Pareto front of (peak, FLOPs).
+``revolve(slots)`` and ``budget(bytes)`` search the schedule trees of
+:mod:`fastckpt.schedule` by dynamic programming (:mod:`fastckpt.search`).
 """
 import math
 import re
@@ -20,6 +11,7 @@ import re
 import numpy as np
 
 from .schedule import delta_elems, forward_flops, keep_all, spine, state_bytes
+from .search import multi_front, once_front, revolve_tree
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -135,14 +127,15 @@ class Budget(Strategy):
         fixed = delta_elems(sizes, batch_size) * itemsize
         w = state_bytes(sizes, batch_size, itemsize)
         flops = forward_flops(sizes, batch_size)
-        front = (once_front if self.recompute == "once" else multi_front)(flops, w, self.nbytes - fixed)
-        if not front:
-            least = fixed + (once_front if self.recompute == "once" else multi_front)(flops, w, None)[0][0]
+        search = once_front if self.recompute == "once" else multi_front
+        front = search(flops, w, self.nbytes - fixed)
+        if not front.peaks:
+            least = fixed + search(flops, w, None).peaks[0]
             raise InfeasiblePlan(
-                f"{self}: {list(sizes)} at batch {batch_size} in {8 * itemsize}-bit floats needs at least "
-                f"{least} bytes ({least / 2**20:.2f} MiB) of activation memory, of which {fixed} are "
-                f"the two delta buffers; got {self.nbytes}", least)
-        return front[-1][2]
+                f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at "
+                f"least {least} bytes ({least / 2**20:.2f} MiB) of activation memory, of which {fixed} "
+                f"are the two delta buffers; got {self.nbytes}", least)
+        return front.tree(len(front.peaks) - 1)
 
     def __str__(self):
         spelled = format_bytes(self.nbytes)
@@ -162,6 +155,19 @@ def _positive(value, where, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{where}: {name} must be an integer >= 1, got {value!r}")
     return int(value)
+
+
+def describe_sizes(sizes):
+    """``[784] + [256]*64 + [10]`` for long runs of equal widths, else the plain list."""
+    runs = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    if all(n < 4 for _, n in runs):
+        return str(list(sizes))
+    return " + ".join(f"[{size}]*{n}" if n > 1 else f"[{size}]" for size, n in runs)
 
 
 def balanced_checkpoints(n_layers, k):
@@ -218,132 +224,6 @@ def parse_strategy(spec):
         return Budget(args[0], *args[1:])
     raise ValueError(f"unknown strategy {spec!r}; use plain, every_nth(n), segments(k), sqrt, "
                      "revolve(slots) or budget(bytes[, once])")
-
-
-# -- dynamic programs -------------------------------------------------------------------------
-def region_table(w):
-    """``R[s][i]``: bytes above the stack while forwarding a[s] -> a[i] (see ``forward_region``)."""
-    n = len(w)
-    table = [[0] * n for _ in range(n)]
-    for s in range(n - 1):
-        region = w[s + 1]
-        table[s][s + 1] = region
-        for i in range(s + 2, n):
-            region = max(region, w[i - 1] + w[i])
-            table[s][i] = region
-    return table
-
-
-def revolve_tree(flops, w, slots):
-    """Least-FLOPs tree with stack depth <= slots, ties broken by peak bytes."""
-    n = len(flops) + 1                                   # reverse steps 0 .. L
-    prefix = np.concatenate([[0.0], np.cumsum(flops)])
-    regions = region_table(w)
-    best = {}                                            # (s, t, d) -> (cost, peak, tree)
-    for length in range(1, n + 1):
-        for s in range(0, n - length + 1):
-            t = s + length
-            for d in range(0, slots + 1):
-                if length == 1:
-                    best[s, t, d] = (0.0, 0, None)
-                    continue
-                if d == 0:
-                    continue
-                choice = None
-                for i in range(s + 1, t):
-                    right, left = best.get((i, t, d - 1)), best.get((s, i, d))
-                    if right is None or left is None:
-                        continue
-                    cost = prefix[i] - prefix[s] + right[0] + left[0]
-                    peak = max(regions[s][i], w[i] + right[1], left[1])
-                    if choice is None or (cost, peak) < choice[:2]:
-                        choice = (cost, peak, (i, right[2], left[2]))
-                if choice is not None:
-                    best[s, t, d] = choice
-    return best[0, n, slots][2]
-
-
-def _pareto(points):
-    """Keep (peak, cost, tree) points not beaten on both; sorted by peak, costs falling."""
-    points.sort(key=lambda p: (p[0], p[1]))
-    front = []
-    for p in points:
-        if not front or p[1] < front[-1][1]:
-            front.append(p)
-    return front
-
-
-def multi_front(flops, w, limit):
-    """Pareto front (peak, forward FLOPs, tree) over all trees of the whole chain.
-
-    ``limit`` (bytes, or None) drops points whose workspace peak exceeds it:
-    peaks only grow going up the tree, so nothing lost can come back.
-    """
-    n = len(flops) + 1
-    prefix = np.concatenate([[0.0], np.cumsum(flops)])
-    cap = math.inf if limit is None else limit
-    regions = region_table(w)
-    front = {}
-    for s in range(n - 1):
-        front[s, s + 1] = [(0, 0.0, None)]
-    front[n - 1, n] = [(0, 0.0, None)]
-    for length in range(2, n + 1):
-        for s in range(0, n - length + 1):
-            t = s + length
-            points = []
-            for i in range(s + 1, t):
-                region = regions[s][i]
-                if region > cap:
-                    break                                  # regions only widen with i
-                right, left = front[i, t], front[s, i]
-                if not right or not left:
-                    continue
-                base = prefix[i] - prefix[s]
-                points.extend(_combine(right, left, w[i], region, base, cap, i))
-            front[s, t] = _pareto(points)
-    return front[0, n]
-
-
-def _combine(right, left, wi, region, base, cap, i):
-    """Points of one split: the cheapest right and left parts under each candidate peak."""
-    peaks = sorted({max(region, wi + p[0], left[0][0]) for p in right} |
-                   {max(region, wi + right[0][0], p[0]) for p in left})
-    out = []
-    r = l = 0
-    for peak in peaks:
-        if peak > cap:
-            break
-        while r + 1 < len(right) and wi + right[r + 1][0] <= peak:
-            r += 1
-        while l + 1 < len(left) and left[l + 1][0] <= peak:
-            l += 1
-        out.append((peak, base + right[r][1] + left[l][1], (i, right[r][2], left[l][2])))
-    return out
-
-
-def once_front(flops, w, limit):
-    """Pareto front over trees that recompute each layer at most once (checkpoints on the spine)."""
-    n_layers = len(flops)
-    prefix = np.concatenate([[0.0], np.cumsum(flops)])
-    cap = math.inf if limit is None else limit
-    regions = region_table(w)
-    spine_front = {n_layers: [(0, float(prefix[-1]), None)]}
-    for s in range(n_layers - 1, -1, -1):
-        points = []
-        kept_inside = 0                                  # bytes of a[s+1 .. i-1]
-        for i in range(s + 1, n_layers + 1):
-            if i > s + 1:
-                kept_inside += w[i - 1]
-            floor = max(regions[s][i], kept_inside)
-            if floor > cap:
-                break
-            recompute = prefix[i - 1] - prefix[s] if i > s + 1 else 0.0
-            for peak, cost, tree in spine_front[i]:
-                p = max(floor, w[i] + peak)
-                if p <= cap:
-                    points.append((p, cost + recompute, (i, tree, keep_all(s, i))))
-        spine_front[s] = _pareto(points)
-    return spine_front[0]
 
 
 def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
