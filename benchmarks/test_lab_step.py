@@ -3,11 +3,11 @@
 Run with ``pytest benchmarks/ --benchmark-json=out.json`` and summarise with
 ``python benchmarks/summarize.py out.json``.
 """
+import lab_numpy
+import naive
 import numpy as np
 import pytest
 
-import lab_numpy
-import naive
 from fastckpt import Network, NetworkWithCheckpointing, load_mnist
 from fastckpt.memory import memray_peak
 
@@ -46,6 +46,7 @@ def test_lab_net_step(benchmark, batch, impl):
     if impl.startswith("fastckpt"):
         benchmark.extra_info["predicted_bytes"] = net.plan(BATCH).bytes()["total"]
         benchmark.extra_info["recompute_factor"] = net.plan(BATCH).recompute_factor
+        benchmark.extra_info["extra_flop_fraction"] = net.plan(BATCH).extra_flop_fraction
     benchmark.pedantic(net.update_mini_batch, args=(x, y, 0.0), rounds=200, iterations=5, warmup_rounds=5)
     # after timing, the step still computes the right gradient (eta=0 left the weights alone)
     nabla_b, nabla_w = net.backprop(x[:, :, None], y[:, :, None])

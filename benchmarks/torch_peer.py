@@ -14,9 +14,13 @@ def available():
 
 
 class TorchNet:
-    """``Linear + Sigmoid`` per layer; ``segments`` > 0 trains with ``checkpoint_sequential``."""
+    """``Linear + Sigmoid`` per layer; ``segments`` > 0 trains with ``checkpoint_sequential``.
 
-    def __init__(self, sizes, dtype=np.float64, segments=0, threads=None):
+    ``keep_grads=False`` is PyTorch's default (``zero_grad`` frees the gradients, and
+    backward allocates them again as it goes); ``True`` keeps them between steps.
+    """
+
+    def __init__(self, sizes, dtype=np.float64, segments=0, threads=None, keep_grads=False):
         import torch
         if threads is not None:
             torch.set_num_threads(threads)
@@ -27,6 +31,7 @@ class TorchNet:
             layers += [torch.nn.Linear(n_in, n_out, dtype=self.dtype), torch.nn.Sigmoid()]
         self.model = torch.nn.Sequential(*layers)
         self.segments = segments
+        self.keep_grads = keep_grads
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.0)
 
     def update_mini_batch(self, x, y, eta):
@@ -35,7 +40,7 @@ class TorchNet:
         yb = torch.from_numpy(y).to(self.dtype)
         for group in self.opt.param_groups:
             group["lr"] = eta
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=not self.keep_grads)
         if self.segments:
             out = torch.utils.checkpoint.checkpoint_sequential(
                 self.model, self.segments, xb, use_reentrant=False)
@@ -44,4 +49,4 @@ class TorchNet:
         loss = 0.5 * ((out - yb) ** 2).sum() / xb.shape[0]
         loss.backward()
         self.opt.step()
-        return float(loss)
+        return float(loss.detach())

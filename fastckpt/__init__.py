@@ -2,9 +2,9 @@
 
 ``from fastckpt import Network, NetworkWithCheckpointing`` replaces the lab classes.
 """
+from . import strategies
 from .data import load_mnist
 from .network import Network, NetworkWithCheckpointing
-from . import strategies
 from .schedule import Plan
 from .strategies import InfeasiblePlan, plan
 

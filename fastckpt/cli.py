@@ -1,12 +1,17 @@
-"""The ``fastckpt`` command: ``fastckpt compare`` trains with and without checkpointing."""
+"""The ``fastckpt`` command: ``compare`` trains with and without checkpointing; ``plan`` and
+``analyze`` answer memory questions from the planner."""
 import argparse
+import os
 import sys
 
 import numpy as np
 
+from . import memory
 from .data import load_mnist
 from .memory import memray_peak
 from .network import Network, NetworkWithCheckpointing
+from .strategies import parse_strategy
+from .strategies import plan as make_plan
 
 
 def _sizes(text):
@@ -25,6 +30,89 @@ def _positive(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _strategy(text):
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _strategies(text):
+    """Comma-separated strategies; commas inside parentheses belong to the strategy."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [_strategy(p) for p in parts]
+
+
+def _depths(text):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--depths must be comma-separated integers, got {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--depths must be >= 1, got {text!r}")
+    return values
+
+
+def show_plan(args):
+    p = make_plan(args.sizes, args.batch_size, args.dtype, args.strategy,
+                  optimizer_in_backward=args.sgd_in_backward)
+    print(p.describe())
+    return 0
+
+
+def analyze(args):
+    rows = memory.depth_table(args.depths, width=args.width, n_in=args.n_in, n_out=args.n_out,
+                              batch_size=args.batch_size, dtype=args.dtype, strategies=args.strategies,
+                              optimizer_in_backward=args.sgd_in_backward)
+    names = [str(s) for s in args.strategies]
+    print(f"predicted peak MiB of a training step: [{args.n_in}] + [{args.width}]*H + [{args.n_out}], "
+          f"batch {args.batch_size}, {args.dtype}")
+    print(f"{'H':>4} " + " ".join(f"{n:>14}" for n in names))
+    for r in rows:
+        cells = [f"{r[n]['total'] / 2**20:>14.2f}" if r[n] else f"{'-':>14}" for n in names]
+        print(f"{r['hidden_layers']:>4} " + " ".join(cells))
+    print("activations grow linearly with H in plain backprop; see fastckpt.memory for the formulas")
+    sizes = rows[-1]["sizes"]
+    curve = memory.tradeoff(sizes, args.batch_size, args.dtype)
+    print(f"\nbudget trade-off for H = {rows[-1]['hidden_layers']}: activation MiB -> extra FLOPs "
+          "(% of a plain step)")
+    for nbytes, extra in _thin(curve, 12):
+        print(f"  {nbytes / 2**20:10.2f} MiB  {100 * extra:7.1f}%")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        depth_png = memory.plot_depth(rows, os.path.join(args.out, "memory_vs_depth.png"),
+                                      title=f"[{args.n_in}] + [{args.width}]*H + [{args.n_out}], "
+                                            f"batch {args.batch_size}, {args.dtype}")
+        marks = []
+        for s in args.strategies:
+            try:
+                p = make_plan(sizes, args.batch_size, args.dtype, s)
+            except ValueError:
+                continue
+            marks.append((str(s), p.bytes()["activation_memory"], p.extra_flop_fraction))
+        curve_png = memory.plot_tradeoff(curve, os.path.join(args.out, "budget_tradeoff.png"), marks=marks,
+                                         title=f"H = {rows[-1]['hidden_layers']}, batch {args.batch_size}, "
+                                               f"{args.dtype}")
+        print(f"\nwrote {depth_png} and {curve_png}")
+    return 0
+
+
+def _thin(points, n):
+    """About ``n`` points of a long curve, ends included."""
+    if len(points) <= n:
+        return points
+    keep = sorted(set(np.linspace(0, len(points) - 1, n).round().astype(int)))
+    return [points[k] for k in keep]
 
 
 def _build_and_train(build, x, y, eta, steps=5):
@@ -91,9 +179,26 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="the lab's mnist.npz or an IDX folder (default: embedded MNIST)")
+    p = sub.add_parser("plan", help="print the plan of one training step: kept, recomputed, bytes")
+    p.add_argument("--sizes", type=_sizes, default=[784, 40, 30, 10], help="layer widths (default 784,40,30,10)")
+    p.add_argument("--batch-size", type=_positive, default=10)
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    p.add_argument("--strategy", type=_strategy, default="every_nth(2)",
+                   help="plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once])")
+    p.add_argument("--sgd-in-backward", action="store_true", help="plan for the optimizer in backward")
+    p = sub.add_parser("analyze", help="memory against depth (the lab's task 1) and the budget trade-off")
+    p.add_argument("--depths", type=_depths, default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--width", type=_positive, default=256)
+    p.add_argument("--n-in", type=_positive, default=784)
+    p.add_argument("--n-out", type=_positive, default=10)
+    p.add_argument("--batch-size", type=_positive, default=100)
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    p.add_argument("--strategies", type=_strategies, default="plain,every_nth(2),sqrt,revolve(4)")
+    p.add_argument("--sgd-in-backward", action="store_true")
+    p.add_argument("--out", default=None, help="write memory_vs_depth.png and budget_tradeoff.png here")
     args = parser.parse_args(argv)
     try:
-        return compare(args)
+        return {"compare": compare, "plan": show_plan, "analyze": analyze}[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"fastckpt {args.command}: error: {exc}", file=sys.stderr)
         return 2

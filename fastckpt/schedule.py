@@ -36,11 +36,12 @@ import numpy as np
 
 ALIGN_BYTES = 64  # every activation starts on a cache line
 
-# Multi-threaded OpenBLAS GEMMs (m * n * k above 65536 * 4, in interface/gemm.c) malloc
-# and free a job table for each call: 64 slots of 8 KiB in numpy's build, seen in
-# memray's native traces.  It is part of a step's peak.
+# OpenBLAS runs a GEMM on min(threads, m*n*k / 262144) threads (interface/gemm.c), so
+# on two or more from m*n*k >= 524288; each multi-threaded call mallocs and frees a job
+# table, 512 KiB in numpy's build (seen in memray's native traces, and measured at the
+# threshold).  It is part of a step's peak.
 BLAS_JOB_BYTES = 512 * 1024
-BLAS_THREAD_MNK = 65536 * 4
+BLAS_THREAD_MNK = 2 * 65536 * 4
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,40 @@ class Plan:
         return parts
 
 
+    def describe(self):
+        """A few lines for people: what is kept, what is recomputed, and the bytes by part."""
+        from .strategies import describe_sizes
+        counts = self.forward_counts
+        runs = ", ".join(f"{int((counts == k).sum())} layers x{k}" for k in sorted(set(counts.tolist())))
+        order = self.recompute_order
+        lines = [
+            f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
+            f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}",
+            f"kept after the forward pass: {_spans(self.kept)} ({len(self.kept) - 1} activations besides the input)",
+            f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
+            f"forward computations per layer: {runs}",
+            f"extra FLOPs: {100 * self.extra_flop_fraction:.1f}% of a plain step "
+            f"(recompute factor {self.recompute_factor:.3f})",
+            "predicted bytes:",
+        ]
+        for part, n in self.bytes().items():
+            lines.append(f"  {part:<18} {n:>14,d}  {n / 2**20:10.3f} MiB")
+        return "\n".join(lines)
+
+
+def _spans(values, ordered=False):
+    """``0-3 7 9-12``: runs of consecutive integers (in the given order when ``ordered``)."""
+    values = list(values) if ordered else sorted(values)
+    out, start = [], None
+    for k, v in enumerate(values):
+        if start is None:
+            start = v
+        if k + 1 == len(values) or values[k + 1] != v + 1:
+            out.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return " ".join(out)
+
+
 def act_bytes(sizes, batch_size, itemsize, j):
     """Workspace bytes of state ``a[j]`` (j >= 1), rounded up to a cache line."""
     return -(-batch_size * sizes[j] * itemsize // ALIGN_BYTES) * ALIGN_BYTES
@@ -186,7 +221,7 @@ def blas_bytes(sizes, batch_size, threads):
     """Transient bytes OpenBLAS mallocs inside a step's GEMMs (its threaded job table)."""
     if threads <= 1:
         return 0
-    threaded = any(batch_size * i * o > BLAS_THREAD_MNK for i, o in zip(sizes[:-1], sizes[1:]))
+    threaded = any(batch_size * i * o >= BLAS_THREAD_MNK for i, o in zip(sizes[:-1], sizes[1:]))
     return BLAS_JOB_BYTES if threaded else 0
 
 

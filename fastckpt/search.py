@@ -116,14 +116,14 @@ class _Points:
         start = len(self.peak)
         points.sort(key=lambda p: (p[0], p[1]))
         last = math.inf
-        for p, c, i, r, l in points:
-            if c < last:
-                last = c
-                self.peak.append(p)
-                self.cost.append(c)
-                self.split.append(i)
-                self.right.append(r)
-                self.left.append(l)
+        for peak, cost, split, right, left in points:
+            if cost < last:
+                last = cost
+                self.peak.append(peak)
+                self.cost.append(cost)
+                self.split.append(split)
+                self.right.append(right)
+                self.left.append(left)
         return start, len(self.peak)
 
 

@@ -1,8 +1,8 @@
 """Network gradients against the NumPy twin and central differences."""
+import naive
 import numpy as np
 import pytest
 
-import naive
 from fastckpt import Network
 
 

@@ -1,10 +1,16 @@
 """Kernels against the NumPy twin, over shapes including batch 1 and odd widths."""
+import naive
 import numpy as np
 import pytest
-
-import naive
-from fastckpt.kernels import (all_finite, bias_sigmoid, dense_backward, dense_backward_sgd, dense_forward,
-                              quadratic_delta, sgd_step)
+from fastckpt.kernels import (
+    all_finite,
+    bias_sigmoid,
+    dense_backward,
+    dense_backward_sgd,
+    dense_forward,
+    quadratic_delta,
+    sgd_step,
+)
 
 SHAPES = [(1, 1, 1), (1, 784, 40), (3, 7, 5), (17, 33, 1), (100, 40, 30), (64, 257, 129)]
 TOL = {np.float64: 1e-13, np.float32: 2e-6}

@@ -4,7 +4,6 @@ import sys
 import zipfile
 
 import pytest
-
 from conftest import ROOT
 
 

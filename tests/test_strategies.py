@@ -2,13 +2,13 @@
 import math
 from math import comb
 
+import exhaustive
 import numpy as np
 import pytest
 
-import exhaustive
 import fastckpt
 from fastckpt import InfeasiblePlan, Network, NetworkWithCheckpointing
-from fastckpt.schedule import forward_flops, state_bytes, walk
+from fastckpt.schedule import forward_flops, state_bytes
 from fastckpt.search import multi_front, once_front, revolve_tree
 from fastckpt.strategies import balanced_checkpoints, parse_strategy
 
