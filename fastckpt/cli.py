@@ -128,8 +128,10 @@ def compare(args):
         raise ValueError(f"--sizes {args.sizes} do not fit the data: {x_train.shape[1]} inputs and "
                          f"{y_train.shape[1]} classes")
     runs = [("plain", lambda: Network(args.sizes, dtype=args.dtype))]
-    runs.append((f"every_nth({args.every})",
-                 lambda: NetworkWithCheckpointing(args.sizes, args.every, dtype=args.dtype)))
+    for strategy in args.strategies or [parse_strategy(f"every_nth({args.every})")]:
+        strategy.tree(args.sizes, args.batch_size, np.dtype(args.dtype).itemsize)   # refuse before training
+        runs.append((str(strategy), lambda s=strategy: NetworkWithCheckpointing(args.sizes, strategy=s,
+                                                                                 dtype=args.dtype)))
     xb, yb = x_train[:args.batch_size], y_train[:args.batch_size]
     Network(args.sizes, dtype=args.dtype).update_mini_batch(xb, yb, args.eta)   # warm-up: BLAS, kernels
     results = []
@@ -176,6 +178,9 @@ def main(argv=None):
     p.add_argument("--batch-size", type=_positive, default=10)
     p.add_argument("--eta", type=float, default=3.0)
     p.add_argument("--every", type=_positive, default=2, help="checkpoint every n-th layer (default 2)")
+    p.add_argument("--strategies", type=_strategies, default=None,
+                   help="checkpoint strategies to compare with plain, e.g. 'every_nth(2),sqrt,budget(1MiB)' "
+                        "(default: every_nth(EVERY))")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="the lab's mnist.npz or an IDX folder (default: embedded MNIST)")

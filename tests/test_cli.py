@@ -49,3 +49,16 @@ def test_analyze_prints_the_planner_numbers_and_writes_pngs(tmp_path):
     for name in ("memory_vs_depth.png", "budget_tradeoff.png"):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+def test_compare_trains_any_strategy_and_refuses_a_budget_that_cannot_fit():
+    proc = _run("compare", "--epochs", "1", "--strategies", "sqrt,revolve(1)")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line[:1].isalpha()}
+    assert {"plain", "sqrt", "revolve(1)"} <= rows.keys()
+    assert rows["revolve(1)"][1] == rows["plain"][1]                       # same accuracy
+    assert float(rows["revolve(1)"][-1]) == pytest.approx(
+        fastckpt.plan([784, 40, 30, 10], 10, strategy="revolve(1)").recompute_factor, abs=0.005)
+    proc = _run("compare", "--epochs", "1", "--strategies", "budget(1KiB)")
+    assert proc.returncode == 2
+    assert "needs at least 11232 bytes" in proc.stderr and "Traceback" not in proc.stderr
