@@ -2,11 +2,11 @@
 
 ``from fastckpt import Network, NetworkWithCheckpointing`` replaces the lab classes.
 """
-from . import strategies
+from . import memory, strategies
 from .data import load_mnist
 from .network import Network, NetworkWithCheckpointing
 from .schedule import Plan
 from .strategies import InfeasiblePlan, plan
 
 __version__ = "0.1.0"
-__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "plan", "strategies"]
+__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "memory", "plan", "strategies"]
