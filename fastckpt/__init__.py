@@ -9,4 +9,5 @@ from .schedule import Plan
 from .strategies import InfeasiblePlan, plan
 
 __version__ = "0.1.0"
-__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "memory", "plan", "strategies"]
+__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "memory", "plan",
+           "strategies"]

@@ -99,7 +99,7 @@ def plot_depth(rows, path, *, title=None, key="total"):
     """Memory against hidden layers, one line per strategy, to a PNG."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    strategies = [k for k in rows[0] if k not in ("hidden_layers", "sizes")]
+    strategies = [k for k in rows[0] if k not in ("hidden_layers", "sizes", "measured")]
     for strategy in strategies:
         xs = [r["hidden_layers"] for r in rows if r[strategy] is not None]
         ys = [r[strategy][key] / MiB for r in rows if r[strategy] is not None]

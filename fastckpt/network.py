@@ -243,14 +243,16 @@ class Network:
 
     # -- the lab's training loop ------------------------------------------------------------
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True):
+            drop_last=True, verbose=True, progress=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
         ``updatetime`` its duration (s), as in the lab.  Like the lab,
         ``drop_last=True`` skips the samples after the last full mini-batch (with
         a warning saying how many); ``drop_last=False`` trains on them too.
-        The accuracies are kept in ``self.accuracies``.
+        The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
+        is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
+        every update.
         """
         x_train, y_train = _pair(training_data, "training_data")
         epochs = check_positive_int(epochs, "epochs", minimum=0)
@@ -284,6 +286,8 @@ class Network:
                 except FloatingPointError as exc:
                     raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
                 updatetime.append(time.perf_counter() - t0)
+                if progress is not None:
+                    progress(j, i + 1, len(starts))
             if test_data is not None:
                 acc = self.evaluate(x_test, y_test)
                 self.accuracies.append(acc)

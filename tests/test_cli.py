@@ -1,10 +1,17 @@
-"""The ``fastckpt`` command driven as a user would: a subprocess, its output and exit code."""
+"""The ``fastckpt`` command driven as a user would: a subprocess, its output, its files and exit code."""
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
 import fastckpt
+
+MiB = 2**20
 
 
 def _run(*args, timeout=300):
@@ -12,12 +19,99 @@ def _run(*args, timeout=300):
                           timeout=timeout)
 
 
+def _is_png(path):
+    import matplotlib.image
+    image = matplotlib.image.imread(path)
+    return image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300 and image.std() > 0
+
+
+@pytest.mark.parametrize("command", ["compare", "plan", "analyze", "profile"])
+def test_every_subcommand_has_help(command):
+    proc = _run(command, "--help")
+    assert proc.returncode == 0 and "usage: fastckpt " + command in proc.stdout
+
+
+def test_compare_json_agrees_with_the_library(tmp_path):
+    proc = _run("compare", "--epochs", "2", "--strategies", "sqrt,revolve(1)", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    runs = {r["name"]: r for r in result["runs"]}
+    assert list(runs) == ["plain", "sqrt", "revolve(1)"]
+    assert result["same_accuracy"] is True
+    for name, run in runs.items():
+        planned = fastckpt.plan([784, 40, 30, 10], 10, strategy=name)
+        assert run["predicted_bytes"] == planned.bytes()["total"]
+        assert run["recompute_factor"] == pytest.approx(planned.recompute_factor)
+        assert abs(run["memray_peak_bytes"] - run["predicted_bytes"]) <= 0.02 * run["predicted_bytes"] + MiB
+        assert run["accuracies"] == runs["plain"]["accuracies"] and len(run["accuracies"]) == 2
+        assert run["time_ratio"] == pytest.approx(run["ms_per_update"] / runs["plain"]["ms_per_update"])
+    # the library, trained the same way, reaches the same accuracy
+    (x, y), (xt, yt) = fastckpt.load_mnist()
+    np.random.seed(0)
+    net = fastckpt.NetworkWithCheckpointing([784, 40, 30, 10], strategy="revolve(1)")
+    net.SGD((x, y), 2, 10, 3.0, test_data=(xt, yt), verbose=False)
+    assert net.accuracies == runs["revolve(1)"]["accuracies"]
+
+
+def test_compare_table_and_report_files(tmp_path):
+    proc = _run("compare", "--epochs", "1", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "same accuracy with and without checkpointing: yes" in proc.stdout
+    names = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith(("plain ", "every", "sqrt"))]
+    assert names == ["plain", "every_nth(2)", "sqrt"]
+    assert "\r" not in proc.stderr and "epoch 1/1 test accuracy" in proc.stderr   # not a terminal: plain lines
+    for png in ("memory_per_update.png", "cumulative_update_time.png", "memory_vs_depth.png"):
+        assert _is_png(tmp_path / png)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "same accuracy with and without checkpointing: yes" in summary and "memory_per_update.png" in summary
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--strategies", "sqrt,fastest"], "unknown strategy 'fastest'"),
+    (["--sizes", "784,30,9"], "--sizes 784,30,9 do not fit the data: it has 784 inputs and 10 classes"),
+    (["--data", "/no/such/mnist.npz"], "'/no/such/mnist.npz'"),
+    (["--strategies", "budget(1KiB)"], "needs at least 11232 bytes"),
+    (["--epochs", "0"], "argument --epochs: must be >= 1, got 0"),
+    (["--strategies", "sqrt", "--every", "3"], "give --strategies or --every, not both"),
+])
+def test_compare_refuses_bad_input_in_one_line(args, message):
+    proc = _run("compare", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_compare_reads_an_unreadable_file_as_an_error(tmp_path):
+    bad = tmp_path / "mnist.npz"
+    bad.write_bytes(b"not a zip")
+    proc = _run("compare", "--data", str(bad))
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_interrupted_compare_keeps_the_finished_runs(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "fastckpt", "compare", "--epochs", "40", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "summary.md").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert (tmp_path / "summary.md").exists(), "the first run never finished"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "finished runs written to" in err and "Traceback" not in err
+    assert "plain" in (tmp_path / "summary.md").read_text()
+    assert _is_png(tmp_path / "memory_per_update.png")
+
+
 def test_plan_prints_what_the_library_plans():
     proc = _run("plan", "--sizes", "784,64,64,64,10", "--batch-size", "32", "--strategy", "revolve(1)")
     assert proc.returncode == 0, proc.stderr
     expected = fastckpt.plan([784, 64, 64, 64, 10], 32, strategy="revolve(1)")
     assert proc.stdout.strip() == expected.describe()
-    assert f"{expected.bytes()['total']:,d}" in proc.stdout
+    proc = _run("plan", "--sizes", "784,64,64,64,10", "--batch-size", "32", "--strategy", "revolve(1)", "--json")
+    got = json.loads(proc.stdout)
+    assert got["bytes"] == expected.bytes() and got["kept"] == list(expected.kept)
+    assert got["forward_counts"] == expected.forward_counts.tolist()
 
 
 @pytest.mark.parametrize("args,message", [
@@ -30,35 +124,32 @@ def test_plan_prints_what_the_library_plans():
 def test_plan_refuses_bad_arguments_with_a_reason(args, message):
     proc = _run("plan", *args)
     assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_analyze_prints_the_planner_numbers_and_writes_pngs(tmp_path):
-    proc = _run("analyze", "--depths", "1,4,16", "--width", "32", "--batch-size", "16",
-                "--strategies", "plain,sqrt,budget(64KiB, once)", "--out", str(tmp_path))
+def test_analyze_prints_planned_and_measured_memory_and_writes_pngs(tmp_path):
+    proc = _run("analyze", "--depths", "1,4,16", "--measure", "4", "--width", "32", "--batch-size", "16",
+                "--strategies", "plain,sqrt,budget(64KiB, once)", "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
     rows = fastckpt.memory.depth_table([1, 4, 16], width=32, batch_size=16,
                                        strategies=["plain", "sqrt", "budget(64KiB, once)"])
-    lines = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()
-             if line.split() and line.split()[0].isdigit()}
-    for row in rows:
-        cells = lines[str(row["hidden_layers"])]
-        assert float(cells[0]) == pytest.approx(row["plain"]["total"] / 2**20, abs=0.006)
-        assert float(cells[1]) == pytest.approx(row["sqrt"]["total"] / 2**20, abs=0.006)
+    for row, mine in zip(got["rows"], rows):
+        assert row["plain"]["total"] == mine["plain"]["total"] and row["sqrt"]["total"] == mine["sqrt"]["total"]
+        if row["hidden_layers"] == 4:
+            for name, measured in row["measured"].items():
+                assert abs(measured - mine[name]["total"]) <= 0.02 * mine[name]["total"] + MiB
+            assert set(row["measured"]) == {"plain", "sqrt", "budget(64KiB, once)"}
+        else:
+            assert row["measured"] == {}
+    assert got["tradeoff"][-1]["extra_flop_fraction"] == 0.0
     for name in ("memory_vs_depth.png", "budget_tradeoff.png"):
-        data = (tmp_path / name).read_bytes()
-        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+        assert _is_png(tmp_path / name)
 
 
-def test_compare_trains_any_strategy_and_refuses_a_budget_that_cannot_fit():
-    proc = _run("compare", "--epochs", "1", "--strategies", "sqrt,revolve(1)")
+def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
+    proc = _run("profile", "--steps", "3", "--strategy", "sqrt", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line[:1].isalpha()}
-    assert {"plain", "sqrt", "revolve(1)"} <= rows.keys()
-    assert rows["revolve(1)"][1] == rows["plain"][1]                       # same accuracy
-    assert float(rows["revolve(1)"][-1]) == pytest.approx(
-        fastckpt.plan([784, 40, 30, 10], 10, strategy="revolve(1)").recompute_factor, abs=0.005)
-    proc = _run("compare", "--epochs", "1", "--strategies", "budget(1KiB)")
-    assert proc.returncode == 2
-    assert "needs at least 11232 bytes" in proc.stderr and "Traceback" not in proc.stderr
+    html = tmp_path / "memray-flamegraph.html"
+    assert str(html) in proc.stdout and html.stat().st_size > 10_000
+    assert "<html" in html.read_text()[:2000].lower()
