@@ -1,7 +1,7 @@
 """The ``compare`` job: train plainly and with strategies from one seed, measure, and report.
 
-Each run trains in its own process (``python -m fastckpt.report SPEC``), so
-the lab's RSS-per-update series of one run carries nothing of another.
+Each run trains in its own process (see ``_CHILD``), so the lab's
+RSS-per-update series of one run carries nothing of another.
 Results are plain dicts, so the same numbers feed the table, ``--json`` and the
 files of ``--out`` (two PNGs of the lab notebook, memory against depth, and a
 markdown summary).
@@ -58,7 +58,7 @@ def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype,
         spec = {"sizes": list(sizes), "strategy": strategy, "data": data_path, "epochs": epochs,
                 "batch_size": batch_size, "eta": eta, "dtype": dtype, "seed": seed, "quiet": quiet}
         # its own session: an interrupt reaches this process only, which then stops the run quietly
-        child = subprocess.Popen([sys.executable, "-m", "fastckpt.report", json.dumps(spec)],
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, _ = child.communicate()
@@ -73,6 +73,17 @@ def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype,
         if on_result is not None:
             on_result(results)
     return results
+
+
+# The child imports the very package this process runs (an installed copy, not a source
+# tree that happens to be the working directory), then runs one spec.
+_CHILD = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fastckpt.report import run_one; "
+          "print(json.dumps(run_one(json.loads(sys.argv[2]))))")
+
+
+def _package_root():
+    import fastckpt
+    return os.path.dirname(os.path.dirname(os.path.abspath(fastckpt.__file__)))
 
 
 def run_one(spec):
@@ -215,6 +226,3 @@ def write_report(out, results, setup):
                 "![Memory against depth](memory_vs_depth.png)\n")
     return paths
 
-
-if __name__ == "__main__":
-    print(json.dumps(run_one(json.loads(sys.argv[1]))))

@@ -153,3 +153,17 @@ def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     html = tmp_path / "memray-flamegraph.html"
     assert str(html) in proc.stdout and html.stat().st_size > 10_000
     assert "<html" in html.read_text()[:2000].lower()
+
+
+def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):
+    """A source tree (or anything named fastckpt) in the working directory must not shadow the package."""
+    script = os.path.join(os.path.dirname(sys.executable), "fastckpt")
+    if not os.path.exists(script):
+        pytest.skip("no fastckpt console script beside this Python")
+    decoy = tmp_path / "fastckpt"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy in the working directory was imported')\n")
+    proc = subprocess.run([script, "compare", "--epochs", "1", "--strategies", "sqrt", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["same_accuracy"] is True
