@@ -42,8 +42,8 @@ def main(argv=None):
         base = case.get(name)
         planned = any("predicted_bytes" in b["extra_info"] for b in benches)
         print(f"**{group}**\n")
-        head = f"| case | median ms/step | x {name or '-'} | memray peak MiB |"
-        rule = "|---|---:|---:|---:|"
+        head = f"| case | median ms/step | x {name or '-'} | memray peak MiB | GFLOP/s |"
+        rule = "|---|---:|---:|---:|---:|"
         if planned:
             head += " predicted MiB | recompute factor | time overhead | extra FLOPs |"
             rule += "---:|---:|---:|---:|"
@@ -53,8 +53,8 @@ def main(argv=None):
             extra = b["extra_info"]
             ratio = b["stats"]["median"] / base["stats"]["median"] if base else None
             peak = extra.get("memray_peak_bytes")
-            row = (f"| {b['param']} | {_ms(b['stats']['median'])} | {_cell(ratio, '.2f')} | "
-                   f"{_cell(peak and peak / MiB, '.2f')} |")
+            row = (f"| {_label(b)} | {_ms(b['stats']['median'])} | {_cell(ratio, '.2f')} | "
+                   f"{_cell(peak and peak / MiB, '.2f')} | {_cell(extra.get('gflops_per_s'), '.1f')} |")
             if planned:
                 pred = extra.get("predicted_bytes")
                 flops = extra.get("extra_flop_fraction")
@@ -63,6 +63,49 @@ def main(argv=None):
                         f" {_cell(None if flops is None else 100 * flops, '.1f', '%')} |")
             print(row)
         print()
+    if any("peer" in b["params"] for b in data["benchmarks"] if b.get("params")):
+        goals(data["benchmarks"])
+
+
+def _label(bench):
+    """The peer's name for test_peers' cases, the parameter otherwise."""
+    params = bench.get("params") or {}
+    return params.get("peer", bench["param"])
+
+
+def goals(benches):
+    """The issue's goals as ratios measured in this run."""
+    med = {}
+    for b in benches:
+        p = b.get("params") or {}
+        if "peer" in p:
+            med[p["net"], p["dtype"], p["mode"], p["peer"]] = b["stats"]["median"]
+
+    def ratio(a, b):
+        return f"{med[a] / med[b]:.2f}" if a in med and b in med else "-"
+
+    def limit(net, dtype):
+        keys = [(net, dtype, "plain", peer) for peer in ("gemm-only numpy", "gemm-only torch")]
+        keys = [k for k in keys if k in med]
+        return min(keys, key=med.get) if keys else None
+    print("**Goals (ratios in this run)**\n")
+    print("| net | dtype | plain / torch | plain / GEMM limit (BLAS) | checkpointed / torch checkpoint_sequential |")
+    print("|---|---|---:|---:|---:|")
+    nets = sorted({k[0] for k in med}, key=["lab", "deep-narrow", "shallow-wide"].index)
+    for net in nets:
+        for dtype in ("float64", "float32"):
+            lim = limit(net, dtype)
+            blas = "-" if lim is None else f"{ratio((net, dtype, 'plain', 'fastckpt'), lim)} ({lim[3][10:]})"
+            print(f"| {net} | {dtype} | {ratio((net, dtype, 'plain', 'fastckpt'), (net, dtype, 'plain', 'torch'))} |"
+                  f" {blas} | {ratio((net, dtype, 'checkpointed', 'fastckpt'), (net, dtype, 'checkpointed', 'torch'))} |")
+    print()
+    for net in nets:
+        print(f"- {net}: fastckpt float32 / float64 step: "
+              f"{ratio((net, 'float32', 'plain', 'fastckpt'), (net, 'float64', 'plain', 'fastckpt'))} plain, "
+              f"{ratio((net, 'float32', 'checkpointed', 'fastckpt'), (net, 'float64', 'checkpointed', 'fastckpt'))}"
+              f" checkpointed; PyTorch: "
+              f"{ratio((net, 'float32', 'plain', 'torch'), (net, 'float64', 'plain', 'torch'))} plain")
+    print()
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@ class TorchNet:
 
     ``keep_grads=False`` is PyTorch's default (``zero_grad`` frees the gradients, and
     backward allocates them again as it goes); ``True`` keeps them between steps.
+    ``like``: a network whose weights and biases to start from (else PyTorch's own
+    initialisation, whose small weights keep the deltas far from subnormal).
     """
 
-    def __init__(self, sizes, dtype=np.float64, segments=0, threads=None, keep_grads=False):
+    def __init__(self, sizes, dtype=np.float64, segments=0, threads=None, keep_grads=False, like=None):
         import torch
         if threads is not None:
             torch.set_num_threads(threads)
@@ -30,6 +32,11 @@ class TorchNet:
         for n_in, n_out in zip(sizes[:-1], sizes[1:]):
             layers += [torch.nn.Linear(n_in, n_out, dtype=self.dtype), torch.nn.Sigmoid()]
         self.model = torch.nn.Sequential(*layers)
+        if like is not None:
+            with torch.no_grad():
+                for linear, w, b in zip(layers[0::2], like.weights, like.biases):
+                    linear.weight.copy_(torch.from_numpy(np.asarray(w)))
+                    linear.bias.copy_(torch.from_numpy(np.asarray(b).reshape(-1)))
         self.segments = segments
         self.keep_grads = keep_grads
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.0)

@@ -8,7 +8,13 @@ The cache lives in the user's cache directory (``$FASTCKPT_CACHE_DIR``, else
 next to the kernels: files there are unknown to pip, survive an uninstall and
 leave a ``fastckpt`` directory behind that shadows a later install.  Only
 fastckpt's kernels use this locator; other Numba code keeps its own caches.
+
+Numba checks a cached function against its own file only, but kernels call and
+inline kernels from other files.  So the cache directory is named after a
+digest of every kernel source file: change any of them and all are compiled
+afresh, never mixed with code compiled from the old sources.
 """
+import hashlib
 import os
 
 import numba
@@ -16,12 +22,21 @@ import numba
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _sources_digest():
+    digest = hashlib.sha256(numba.__version__.encode())
+    for name in sorted(os.listdir(_KERNEL_DIR)):
+        if name.endswith(".py"):
+            with open(os.path.join(_KERNEL_DIR, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:16]
+
+
 def _cache_root():
     root = os.environ.get("FASTCKPT_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "fastckpt")
-    return os.path.join(root, "numba")
+    return os.path.join(root, "numba", _SOURCES)
 
 
 def _register_locator():
@@ -53,6 +68,7 @@ def _register_locator():
         impl._locator_classes = [KernelCacheLocator, *impl._locator_classes]
 
 
+_SOURCES = _sources_digest()
 _register_locator()
 
 #: Compiled once and cached on disk, GIL released so threads can run kernels at once.

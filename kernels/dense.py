@@ -16,12 +16,15 @@ the layer below):
 
 with ``s`` the batch-mean scale 1/batch.  So reversing layer ``l`` reads one
 activation, ``a[l]``: the checkpointing model of one stored state per step.
+Deltas that would be subnormal are flushed to 0, as activations are: through
+many sigmoid layers float32 deltas sink below 1.2e-38, where the CPU computes
+slowly and they carry no information the next GEMM could keep.
 Every kernel writes into arrays its caller passes; none allocates.
 """
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import bias_sigmoid
+from .activations import bias_sigmoid, smallest_normal
 from .blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
 
 
@@ -69,14 +72,16 @@ def _bias_sums(dz_out, acc):
 
 @inline
 def _delta_in(a_in, w, dz_out, dz_in):
-    """dz_in = (dz_out @ w) * a_in * (1 - a_in): the delta of the layer below."""
+    """dz_in = (dz_out @ w) * a_in * (1 - a_in): the delta of the layer below, subnormals flushed to 0."""
     batch, n_in = a_in.shape
     gemm(NO_TRANS, NO_TRANS, batch, n_in, w.shape[0], 1.0, dz_out, w.shape[0], w, n_in, 0.0, dz_in, n_in)
+    tiny = smallest_normal(dz_in)
     for i in range(batch):
         ai = a_in[i]
         di = dz_in[i]
         for j in range(n_in):
-            di[j] = np.float64(di[j]) * ai[j] * (1.0 - ai[j])
+            v = np.float64(di[j]) * ai[j] * (1.0 - ai[j])
+            di[j] = v if abs(v) >= tiny else 0.0
 
 
 @kernel

@@ -6,6 +6,7 @@ reductions are associative, so LLVM vectorizes them without ``fastmath``.
 import numpy as np
 
 from ._jit import kernel
+from .activations import smallest_normal
 
 
 @kernel
@@ -15,11 +16,13 @@ def quadratic_delta(a, y, dz):
     ``a - y`` is the lab's ``cost_derivative``; the loss is the batch mean of 0.5 * ||a - y||^2.
     """
     batch, n = a.shape
+    tiny = smallest_normal(dz)
     loss = 0.0
     for i in range(batch):
         for j in range(n):
             e = a[i, j] - y[i, j]
-            dz[i, j] = np.float64(e) * a[i, j] * (1.0 - a[i, j])
+            v = np.float64(e) * a[i, j] * (1.0 - a[i, j])
+            dz[i, j] = v if abs(v) >= tiny else 0.0           # no subnormal deltas, as in dense.py
             loss += 0.5 * np.float64(e) * e
     return loss / batch
 

@@ -66,10 +66,42 @@ def test_dense_backward_matches_numpy(rng, shape, dtype, first_layer):
         np.testing.assert_array_equal(dz_in2, dz_in)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_deltas_that_would_be_subnormal_are_flushed_to_zero(rng, dtype):
+    tiny = np.finfo(dtype).tiny
+    a_in = np.full((4, 3), 0.5, dtype=dtype)                 # sigma' = 1/4
+    w = np.eye(2, 3, dtype=dtype)
+    dz_out = np.array([[8 * tiny, 2 * tiny]] * 4, dtype=dtype)   # -> 2 tiny (kept) and tiny / 2 (flushed)
+    dz_in = np.empty((4, 3), dtype=dtype)
+    dense_backward(a_in, w, dz_out, 0.25, np.empty(2), np.empty((2, 3), dtype=dtype), np.empty(2, dtype=dtype), dz_in)
+    np.testing.assert_array_equal(dz_in, np.array([[2 * tiny, 0, 0]] * 4, dtype=dtype))
+    # output delta (a - y) a (1 - a) with y = 0: a^2 is normal for the first, subnormal for the second
+    a = np.array([[np.sqrt(4 * tiny), np.sqrt(tiny / 4)]] * 2, dtype=dtype)
+    dz = np.empty_like(a)
+    quadratic_delta(a, np.zeros_like(a), dz)
+    assert dz[0, 0] >= tiny and dz[0, 1] == 0 and dz[1, 1] == 0
+
+
 def test_dense_backward_sgd_reports_non_finite_results(rng):
     a_in, w, b = _layer(rng, 4, 3, 2, np.float64)
     dz_out = np.full((4, 2), 1e300)
     assert not dense_backward_sgd(a_in, w, b, dz_out, 1e300, np.empty(2), np.empty((4, 3)))
+
+
+def test_float32_sigmoid_is_exact_to_3e7_of_the_float32_sum(rng):
+    z = (rng.uniform(-90, 90, size=(64, 257))).astype(np.float32)
+    b = rng.standard_normal(257).astype(np.float32)
+    out = z.copy()
+    bias_sigmoid(out, b, np.empty(257))
+    ref = naive.sigmoid((z + b).astype(np.float64))        # the float32 sum, then exactly
+    kept = (z + b) >= -87                                  # below: flushed, as documented
+    np.testing.assert_allclose(out[kept], ref[kept], rtol=3e-7, atol=0)
+    assert np.all(out[~kept] == 0) and not np.any((out > 0) & (out < np.finfo(np.float32).tiny))
+    edges = np.array([[-np.inf, -1e30, -88.0, -87.0, 0.0, 87.0, 1e30, np.inf, np.nan]], dtype=np.float32)
+    bias_sigmoid(edges, np.zeros(9, dtype=np.float32), np.empty(9))
+    assert edges[0, :3].tolist() == [0.0, 0.0, 0.0] and edges[0, 4] == 0.5
+    assert edges[0, 5:8].tolist() == [1.0, 1.0, 1.0] and np.isnan(edges[0, 8])
+    assert np.finfo(np.float32).tiny <= edges[0, 3] < 2e-38
 
 
 def test_sigmoid_edges_nan_inf_and_no_subnormals():

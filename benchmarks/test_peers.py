@@ -1,0 +1,99 @@
+"""fastckpt against its peers on the same training step: the lab's NumPy code (lab net only),
+PyTorch CPU plain and with ``checkpoint_sequential`` (when torch is installed), and the
+step's GEMMs alone through numpy's and PyTorch's BLAS (the hardware limit).
+
+One group per case: net x dtype x plain/checkpointed.  ``extra_info`` per benchmark:
+memray's peak over building the net and 3 steps (after a warm-up, outside the timed
+rounds), the plan's predicted peak, the step's GEMM FLOPs and the achieved GFLOP/s.
+``--benchmark-disable`` (CI) runs every case once on small nets; ``--flamegraphs DIR``
+also writes a memray flamegraph per case.
+"""
+import time
+
+import numpy as np
+import pytest
+
+import gemm_limit
+import lab_numpy
+import torch_peer
+from fastckpt import NetworkWithCheckpointing
+from fastckpt.kernels import blas_threads
+from fastckpt.schedule import forward_flops, step_flops
+
+NETS = {  # name: (full sizes, full batch, small sizes, small batch, checkpointed: (fastckpt, torch segments))
+    "lab": ([784, 40, 30, 10], 100, [784, 40, 30, 10], 100, ("every_nth(2)", 2)),
+    "deep-narrow": ([784] + [256] * 64 + [10], 2048, [784] + [256] * 8 + [10], 64, ("segments(8)", 8)),
+    "shallow-wide": ([784, 4096, 4096, 10], 512, [784, 256, 256, 10], 32, ("every_nth(2)", 2)),
+}
+PEERS = ["fastckpt", "torch", "gemm-only numpy", "gemm-only torch", "lab-numpy"]
+ETA = 1e-3
+
+
+def _cases():
+    for net in NETS:
+        for dtype in ("float64", "float32"):
+            for mode in ("plain", "checkpointed"):
+                for peer in PEERS:
+                    if peer == "lab-numpy" and (net != "lab" or dtype != "float64"):
+                        continue                     # the lab code is float64 and far too slow beyond the lab net
+                    if peer.startswith("gemm-only") and mode == "checkpointed":
+                        continue
+                    yield pytest.param(net, dtype, mode, peer, id=f"{net}-{dtype}-{mode}-{peer}")
+
+
+def _build(peer, sizes, batch, dtype, mode, strategy, segments):
+    if peer == "fastckpt":
+        return NetworkWithCheckpointing(sizes, strategy="plain" if mode == "plain" else strategy, dtype=dtype)
+    if peer == "torch":                                      # from the same weights as fastckpt (the lab's draw)
+        return torch_peer.TorchNet(sizes, dtype=dtype, segments=0 if mode == "plain" else segments,
+                                   threads=blas_threads(), like=NetworkWithCheckpointing(sizes, dtype=dtype))
+    if peer == "gemm-only numpy":
+        return gemm_limit.NumpyGemms(sizes, batch, dtype)
+    if peer == "gemm-only torch":
+        return gemm_limit.TorchGemms(sizes, batch, dtype, blas_threads())
+    return lab_numpy.Network(sizes) if mode == "plain" else lab_numpy.NetworkWithCheckpointing(sizes, 2)
+
+
+@pytest.mark.parametrize("net,dtype,mode,peer", list(_cases()))
+def test_step(benchmark, memray_case, net, dtype, mode, peer):
+    full_sizes, full_batch, small_sizes, small_batch, (strategy, segments) = NETS[net]
+    sizes, batch = (small_sizes, small_batch) if benchmark.disabled else (full_sizes, full_batch)
+    if peer.endswith("torch") and not torch_peer.available():
+        pytest.skip("torch is not installed (pip install torch==2.13.0)")
+    benchmark.group = f"{net} {sizes if len(sizes) < 6 else f'[{sizes[0]}]+[{sizes[1]}]*{len(sizes) - 2}+[{sizes[-1]}]'}, " \
+                      f"batch {batch}, {dtype}, {mode}"
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, sizes[0])).astype(dtype)
+    y = rng.random((batch, sizes[-1])).astype(dtype)
+
+    def build():
+        np.random.seed(0)
+        return _build(peer, sizes, batch, dtype, mode, strategy, segments)
+    model = build()
+    model.update_mini_batch(x, y, ETA)                       # warm-up: kernels, thread pools, pages
+    if not peer.startswith("gemm-only"):
+        memray_case(benchmark, f"{net}-{dtype}-{mode}-{peer}", build, x, y, ETA)
+    fwd = forward_flops(sizes, batch)
+    flops = step_flops(sizes, batch)
+    if peer == "fastckpt":
+        plan = model.plan(batch)
+        flops += float(np.dot(plan.forward_counts - 1, fwd))
+        benchmark.extra_info.update(predicted_bytes=plan.bytes()["total"], strategy=plan.strategy,
+                                    recompute_factor=plan.recompute_factor,
+                                    extra_flop_fraction=plan.extra_flop_fraction)
+    time.sleep(0.3)                                          # let the last case's spinning BLAS threads sleep
+    rounds = 3 if sum(fwd) * 3 > 2e10 else 7 if sum(fwd) > 1e9 else 50
+    benchmark.pedantic(model.update_mini_batch, args=(x, y, ETA), rounds=rounds, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["gemm_flops"] = flops
+    if not benchmark.disabled:
+        benchmark.extra_info["gflops_per_s"] = flops / benchmark.stats.stats.median / 1e9
+    if peer == "fastckpt":                                   # after timing: still the right gradients
+        import naive
+        rows = min(batch, 16)
+        nabla_b, nabla_w = model.backprop(x[:rows], y[:rows])
+        ref = naive.backprop([w.astype(np.float64) for w in model.weights],
+                             [b.astype(np.float64) for b in model.biases], x[:rows].astype(np.float64),
+                             y[:rows].astype(np.float64))
+        tol = 1e-7 if dtype == "float64" else 2e-2
+        for got, want in zip(nabla_b + nabla_w, ref[0] + ref[1]):
+            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=tol, atol=tol * np.abs(want).max() + 1e-30)
