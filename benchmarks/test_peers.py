@@ -91,9 +91,10 @@ def test_step(benchmark, memray_case, net, dtype, mode, peer):
         import naive
         rows = min(batch, 16)
         nabla_b, nabla_w = model.backprop(x[:rows], y[:rows])
-        ref = naive.backprop([w.astype(np.float64) for w in model.weights],
-                             [b.astype(np.float64) for b in model.biases], x[:rows].astype(np.float64),
-                             y[:rows].astype(np.float64))
-        tol = 1e-7 if dtype == "float64" else 2e-2
-        for got, want in zip(nabla_b + nabla_w, ref[0] + ref[1]):
-            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=tol, atol=tol * np.abs(want).max() + 1e-30)
+        # Through many layers of randn weights the forward is chaotic: a float64 twin's own forward
+        # drifts from float32's.  So the twin back-propagates from fastckpt's own activations.
+        acts = [a.astype(np.float64) for a in model.forward_between_checkpoints(x[:rows], 0, len(sizes) - 1)]
+        ref_b, ref_w = naive.backward([w.astype(np.float64) for w in model.weights], acts, y[:rows])
+        tol = 1e-9 if dtype == "float64" else 1e-3
+        for g, r in zip(nabla_b + nabla_w, ref_b + ref_w):
+            np.testing.assert_allclose(g.reshape(r.shape), r, rtol=tol, atol=tol * np.abs(r).max() + 1e-30)

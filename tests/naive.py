@@ -22,7 +22,12 @@ def loss(weights, biases, x, y):
 
 def backprop(weights, biases, x, y):
     """Batch-mean gradients (nabla_b as (n_out, 1), nabla_w as (n_out, n_in)), like the lab."""
-    acts = forward(weights, biases, x)
+    return backward(weights, forward(weights, biases, x), y)
+
+
+def backward(weights, acts, y):
+    """The gradients of ``backprop`` from given activations [x, a1, ..., aL]."""
+    x = acts[0]
     nabla_b, nabla_w = [None] * len(weights), [None] * len(weights)
     d = acts[-1] - y
     for layer in reversed(range(len(weights))):
