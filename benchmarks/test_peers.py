@@ -10,14 +10,14 @@ also writes a memray flamegraph per case.
 """
 import time
 
-import numpy as np
-import pytest
-
 import gemm_limit
 import lab_numpy
+import numpy as np
+import pytest
 import torch_peer
-from fastckpt import NetworkWithCheckpointing
 from fastckpt.kernels import blas_threads
+
+from fastckpt import NetworkWithCheckpointing
 from fastckpt.schedule import forward_flops, step_flops
 
 NETS = {  # name: (full sizes, full batch, small sizes, small batch, checkpointed: (fastckpt, torch segments))
@@ -60,8 +60,8 @@ def test_step(benchmark, memray_case, net, dtype, mode, peer):
     sizes, batch = (small_sizes, small_batch) if benchmark.disabled else (full_sizes, full_batch)
     if peer.endswith("torch") and not torch_peer.available():
         pytest.skip("torch is not installed (pip install torch==2.13.0)")
-    benchmark.group = f"{net} {sizes if len(sizes) < 6 else f'[{sizes[0]}]+[{sizes[1]}]*{len(sizes) - 2}+[{sizes[-1]}]'}, " \
-                      f"batch {batch}, {dtype}, {mode}"
+    shown = sizes if len(sizes) < 6 else f"[{sizes[0]}]+[{sizes[1]}]*{len(sizes) - 2}+[{sizes[-1]}]"
+    benchmark.group = f"{net} {shown}, batch {batch}, {dtype}, {mode}"
     rng = np.random.default_rng(0)
     x = rng.random((batch, sizes[0])).astype(dtype)
     y = rng.random((batch, sizes[-1])).astype(dtype)
