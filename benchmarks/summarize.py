@@ -75,11 +75,17 @@ def _label(bench):
 
 def goals(benches):
     """The issue's goals as ratios measured in this run."""
-    med = {}
+    med, peak = {}, {}
     for b in benches:
         p = b.get("params") or {}
         if "peer" in p:
             med[p["net"], p["dtype"], p["mode"], p["peer"]] = b["stats"]["median"]
+            if "memray_peak_bytes" in b["extra_info"]:
+                peak[p["net"], p["dtype"], p["mode"], p["peer"]] = b["extra_info"]["memray_peak_bytes"]
+
+    def mem(net, dtype, mode):
+        a, b = (net, dtype, mode, "fastckpt"), (net, dtype, mode, "torch")
+        return f"{peak[a] / peak[b]:.2f}" if a in peak and b in peak else "-"
 
     def ratio(a, b):
         return f"{med[a] / med[b]:.2f}" if a in med and b in med else "-"
@@ -89,8 +95,9 @@ def goals(benches):
         keys = [k for k in keys if k in med]
         return min(keys, key=med.get) if keys else None
     print("**Goals (ratios in this run)**\n")
-    print("| net | dtype | plain / torch | plain / GEMM limit (BLAS) | checkpointed / torch checkpoint_sequential |")
-    print("|---|---|---:|---:|---:|")
+    print("| net | dtype | plain / torch | plain / GEMM limit (BLAS) | checkpointed / torch checkpoint_sequential |"
+          " peak / torch peak, plain | peak / torch peak, checkpointed |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     nets = sorted({k[0] for k in med}, key=["lab", "deep-narrow", "shallow-wide"].index)
     for net in nets:
         for dtype in ("float64", "float32"):
@@ -98,7 +105,8 @@ def goals(benches):
             blas = "-" if lim is None else f"{ratio((net, dtype, 'plain', 'fastckpt'), lim)} ({lim[3][10:]})"
             plain = ratio((net, dtype, "plain", "fastckpt"), (net, dtype, "plain", "torch"))
             ckpt = ratio((net, dtype, "checkpointed", "fastckpt"), (net, dtype, "checkpointed", "torch"))
-            print(f"| {net} | {dtype} | {plain} | {blas} | {ckpt} |")
+            print(f"| {net} | {dtype} | {plain} | {blas} | {ckpt} | {mem(net, dtype, 'plain')} |"
+                  f" {mem(net, dtype, 'checkpointed')} |")
     print()
     for net in nets:
         print(f"- {net}: fastckpt float32 / float64 step: "
