@@ -7,7 +7,15 @@ import numpy as np
 
 from fastckpt.kernels import dense_backward, dense_backward_sgd, dense_forward, quadratic_delta
 
-from .schedule import delta_elems
+from .schedule import delta_elems, param_layout
+
+
+def layer_views(flat, sizes):
+    """(n_out, n_in) weight and (n_out,) bias views of a flat buffer in the parameter layout."""
+    offsets, _ = param_layout(sizes, flat.itemsize)
+    w = [flat[w_at:w_at + o * i].reshape(o, i) for (w_at, _), i, o in zip(offsets, sizes[:-1], sizes[1:])]
+    b = [flat[b_at:b_at + o] for (_, b_at), o in zip(offsets, sizes[1:])]
+    return w, b
 
 FWD, LOSS, BWD = 0, 1, 2
 _KINDS = {"fwd": FWD, "loss": LOSS, "bwd": BWD}
@@ -19,12 +27,17 @@ class Workspace:
     def __init__(self, plan):
         self.plan = plan
         sizes, batch = plan.sizes, plan.batch_size
-        self.activations = np.empty(plan.workspace_elems, dtype=plan.dtype)
+        self.activations = np.empty(plan.arena_elems, dtype=plan.dtype)     # and the gradients at its top
         self.deltas = np.empty(delta_elems(sizes, batch), dtype=plan.dtype)
         self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
         self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self._ops = {}
         self._stage = {}
+
+    def gradients(self):
+        """The flat gradients at the arena's top (parameter layout), and per-layer views of them."""
+        flat = self.activations[self.plan.grad_offset:]
+        return flat, *layer_views(flat, self.plan.sizes)
 
     def ops(self, batch):
         """Per-op kernel arguments for ``batch`` rows (<= the planned batch)."""

@@ -121,7 +121,15 @@ class Network:
         return arr
 
     def _grad_buffers(self):
-        """Flat gradient buffer (same layout as the parameters) and its per-layer views."""
+        """Gradient views (per-layer weights, flat biases) and the flat gradient buffer.
+
+        Training keeps them at the top of the engine's workspace (NOTE [ Gradients in
+        the arena ]); with the optimizer in backward the plan has none, and backprop
+        gets a buffer of its own.
+        """
+        if not self.optimizer_in_backward and self._engine is not None:
+            flat, w, b = self._engine.workspace.gradients()
+            return w, b, flat
         if self._grads is None:
             flat, w, b = self._flat_buffer()
             self._grads = (w, [v.reshape(-1) for v in b], flat)

@@ -23,6 +23,16 @@ pass needs first.  Trees whose left children split again recompute a layer
 several times (revolve, budget).  Kept states form a stack: a state is pushed
 when a split keeps it and popped when its right child is done.
 
+NOTE [ Gradients in the arena ]
+Layer ``l``'s gradient exists from its reverse step to the SGD update at the
+end, and the reverse steps run from the top layer down.  So the gradients are
+stacked from the top of the workspace downwards, layer ``L-1`` highest, and
+end up contiguous in layer order, in the parameters' own layout: the SGD
+kernel takes them as one flat array.  They take memory that activations no
+longer need: plain backprop frees ``a[l]`` as it writes layer ``l``'s
+gradient.  The arena is the largest sum, over the schedule, of the bytes the
+activations use and the gradients already written.
+
 The layout puts the stack at the bottom of the workspace.  While forwarding
 from ``a[s]`` to ``a[i]`` the intermediate states alternate between the two
 ends of the free region above the stack, ending with ``a[i]`` at its bottom,
@@ -71,6 +81,10 @@ class Plan:
         Whether training applies SGD inside the backward pass, with no gradient buffers.
     blas_threads : int
         BLAS threads the prediction assumes.
+    arena_elems : int
+        Size of the workspace that holds the activations and, at its top, the
+        gradients (NOTE [ Gradients in the arena ]); equal to ``workspace_elems``
+        with the optimizer in backward.
     """
 
     sizes: tuple
@@ -86,6 +100,12 @@ class Plan:
     workspace_elems: int
     optimizer_in_backward: bool = False
     blas_threads: int = 1
+    arena_elems: int = 0
+
+    @property
+    def grad_offset(self):
+        """Where the flat gradients start in the arena (elements); they run to its end."""
+        return self.arena_elems - (0 if self.optimizer_in_backward else param_layout(self.sizes, self.itemsize)[1])
 
     @property
     def n_layers(self):
@@ -120,16 +140,20 @@ class Plan:
         recompute buffers and deltas.  ``total`` adds parameters, gradients
         (none with the optimizer in backward), the float64 scratch row and
         OpenBLAS's per-call job table when its GEMMs run threaded.
+        ``shared_by_gradients`` (zero or negative) is the activation memory that
+        gradients reuse once backprop has freed it.
         """
         s, b, item = self.sizes, self.batch_size, self.itemsize
         params = param_layout(s, item)[1] * item
         kept = sum(act_bytes(s, b, item, j) for j in self.kept if j > 0)
         workspace = self.workspace_elems * item
+        grads = 0 if self.optimizer_in_backward else params
         parts = {
             "parameters": params,
-            "gradients": 0 if self.optimizer_in_backward else params,
+            "gradients": grads,
             "kept_activations": kept,
             "recompute_buffers": workspace - kept,
+            "shared_by_gradients": self.arena_elems * item - workspace - grads,
             "deltas": delta_elems(s, b) * item,
             "scratch": max(s[1:]) * 8,
             "blas": blas_bytes(s, b, self.blas_threads),
@@ -253,15 +277,19 @@ def forward_region(w, s, i):
     return region
 
 
-def walk(tree, n_layers, w):
-    """Ops of a tree with the byte offset of every state they touch, and the peak.
+def walk(tree, n_layers, w, grads=None):
+    """Ops of a tree with the byte offset of every state they touch, and the peaks.
 
-    Returns (ops, reads, writes, kept, peak) with offsets in bytes; ``w`` from
-    :func:`state_bytes`.
+    Returns (ops, reads, writes, kept, peak, arena) with offsets in bytes; ``w``
+    from :func:`state_bytes`.  ``peak`` is the activations' peak.  ``arena``
+    also holds the gradients: ``grads[l]`` bytes for layer ``l`` from its
+    reverse step to the end, stacked down from the arena's top (see NOTE
+    [ Gradients in the arena ]).
     """
+    after = _suffix_sums(grads or [0] * n_layers)          # after[t]: gradient bytes once step t is done
     ops, reads, writes = [], [], []
     kept = None
-    peak = 0
+    peak = arena = 0
     stack = [(tree, 0, n_layers + 1, 0, None, ())]       # (tree, s, t, top, offset of a[s], held)
     while stack:
         node, s, t, top, at_s, held = stack.pop()
@@ -270,6 +298,7 @@ def walk(tree, n_layers, w):
                 raise ValueError(f"a leaf must reverse one step, got steps {s}..{t - 1}")
             if s == n_layers:
                 kept = (0,) + held
+            arena = max(arena, top + after[s])
             ops.append(("loss" if s == n_layers else "bwd", s))
             reads.append(at_s)
             writes.append(None)
@@ -279,6 +308,7 @@ def walk(tree, n_layers, w):
             raise ValueError(f"split at {i} outside the steps {s}..{t - 1}")
         region = forward_region(w, s, i)
         peak = max(peak, top + region)
+        arena = max(arena, top + region + after[t])
         src = at_s
         for j in range(s + 1, i + 1):                    # a[j]: low end if (i - j) is even
             dst = top if (i - j) % 2 == 0 else top + region - w[j]
@@ -286,10 +316,24 @@ def walk(tree, n_layers, w):
             reads.append(src)
             writes.append(dst)
             src = dst
-        peak = max(peak, top + w[i])
         stack.append((left, s, i, top, at_s, held))
         stack.append((right, i, t, top + w[i], top, held + (i,)))
-    return ops, reads, writes, kept, peak
+    return ops, reads, writes, kept, peak, arena
+
+
+def _suffix_sums(grads):
+    """``out[t]`` = bytes of the gradients of layers t .. L-1, for t = 0 .. L+1."""
+    out = [0] * (len(grads) + 2)
+    for t in range(len(grads) - 1, -1, -1):
+        out[t] = out[t + 1] + grads[t]
+    return out
+
+
+def grad_bytes(sizes, itemsize):
+    """Bytes of each layer's block (weights then bias) in the flat parameter layout."""
+    offsets, total = param_layout(sizes, itemsize)
+    starts = [w_at for w_at, _ in offsets] + [total]
+    return [(b - a) * itemsize for a, b in zip(starts[:-1], starts[1:])]
 
 
 def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
@@ -299,7 +343,8 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
     dtype = np.dtype(dtype)
     n_layers = len(sizes) - 1
     w = state_bytes(sizes, batch_size, dtype.itemsize)
-    ops, reads, writes, kept, peak = walk(tree, n_layers, w)
+    grads = None if optimizer_in_backward else grad_bytes(sizes, dtype.itemsize)
+    ops, reads, writes, kept, peak, arena = walk(tree, n_layers, w, grads)
     item = dtype.itemsize
     reads = tuple(None if r is None else r // item for r in reads)
     writes = tuple(None if r is None else r // item for r in writes)
@@ -308,7 +353,7 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
         if kind == "fwd":
             counts[layer] += 1
     return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
-                counts, peak // item, bool(optimizer_in_backward), int(blas_threads))
+                counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item)
 
 
 def tree_cost(tree, n_layers, flops):

@@ -8,7 +8,7 @@ import pytest
 
 import fastckpt
 from fastckpt import InfeasiblePlan, Network, NetworkWithCheckpointing
-from fastckpt.schedule import forward_flops, state_bytes
+from fastckpt.schedule import forward_flops, param_layout, state_bytes
 from fastckpt.search import multi_front, once_front, revolve_tree
 from fastckpt.strategies import balanced_checkpoints, parse_strategy
 
@@ -138,6 +138,17 @@ def test_layout_is_valid_and_exactly_the_peak_of_live_bytes(rng, strategy):
         live = [sum(elems[s] for s, _, born, dies in copies if born <= t <= dies) for t in range(len(plan.ops))]
         assert plan.workspace_elems == max(live), sizes
         assert all(o + elems[s] <= plan.workspace_elems for s, o, _, _ in copies)
+        # gradients: layer l's block is written at bwd(l) and lives to the end, at the arena's top
+        offsets, total = param_layout(sizes, 8)
+        assert plan.grad_offset + total == plan.arena_elems
+        floor = plan.arena_elems                     # lowest gradient element written so far
+        for t, (kind, layer) in enumerate(plan.ops):
+            if kind == "bwd":
+                floor = plan.grad_offset + offsets[layer][0]
+            for state, at, born, dies in copies:
+                if born <= t <= dies:
+                    assert at + elems[state] <= floor, (sizes, plan.ops[t], state)
+        assert plan.arena_elems <= plan.workspace_elems + total
     assert planned >= 10
 
 
@@ -206,8 +217,9 @@ def test_segments_are_balanced_unlike_checkpoint_sequential():
 def test_plan_reports_what_a_user_needs():
     plan = fastckpt.plan([784] + [256] * 16 + [10], 64, strategy="sqrt")
     parts = plan.bytes()
-    assert parts["total"] == sum(parts[k] for k in ("parameters", "gradients", "kept_activations",
-                                                    "recompute_buffers", "deltas", "scratch", "blas"))
+    assert parts["total"] == sum(parts[k] for k in ("parameters", "gradients", "kept_activations", "recompute_buffers",
+                                                    "shared_by_gradients", "deltas", "scratch", "blas"))
+    assert -parts["gradients"] <= parts["shared_by_gradients"] <= 0
     assert parts["activation_memory"] == parts["kept_activations"] + parts["recompute_buffers"] + parts["deltas"]
     assert plan.recompute_order == tuple(k for kind, k in plan.ops[plan.ops.index(("loss", 17)):] if kind == "fwd")
     fwd = forward_flops(plan.sizes, 64)
