@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from fastckpt import NetworkWithCheckpointing
+from fastckpt.strategies import describe_sizes
 
 SIZES = [784] + [256] * 64 + [10]
 BATCH = 2048
@@ -42,7 +43,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             nets[s].update_mini_batch(x, y, 1e-3)
             times[s].append(time.perf_counter() - t0)
-    print(f"{sizes}, batch {batch}, float64, {args.rounds} interleaved rounds"
+    print(f"{describe_sizes(sizes)}, batch {batch}, float64, {args.rounds} interleaved rounds"
           f"{', SGD in backward' if args.sgd_in_backward else ''}")
     print("| strategy | median ms/step | overhead over plain (median of per-round ratios) | extra FLOPs | difference |")
     print("|---|---:|---:|---:|---:|")

@@ -10,7 +10,7 @@ from fastckpt.kernels import dense_forward, sgd_step
 
 from ._checks import as_batch, check_dtype, check_eta, check_finite, check_positive_int, check_sizes
 from .engine import Engine
-from .schedule import param_layout
+from .schedule import param_blocks, param_layout
 from .strategies import EveryNth, Plain, parse_strategy
 from .strategies import plan as make_plan
 
@@ -51,6 +51,7 @@ class Network:
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self._flat, self._weight_views, self._bias_views = self._flat_buffer()
+        self._blocks = param_blocks(self.sizes, self.dtype.itemsize)   # what SGD updates: no padding
         for view in self._bias_views + self._weight_views:     # the lab's draw order
             _draw_normal(view.reshape(-1))
         self.biases = list(self._bias_views)
@@ -178,7 +179,7 @@ class Network:
             self.last_loss = engine.step(xb, yb, w2, b1, eta=eta)
             return
         self._gradients(x_mini_batch, y_mini_batch, "x_mini_batch", "y_mini_batch")
-        if not sgd_step(self._flat, self._grad_buffers()[2], eta):
+        if not sgd_step(self._flat, self._grad_buffers()[2], eta, self._blocks):
             raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
 
     def cost_derivative(self, output_activations, y):

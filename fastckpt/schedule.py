@@ -222,6 +222,15 @@ def param_layout(sizes, itemsize):
     return offsets, pos
 
 
+def param_blocks(sizes, itemsize):
+    """(k, 2) int64 [start, end) element ranges of every weight and bias in the flat layout."""
+    offsets, _ = param_layout(sizes, itemsize)
+    blocks = []
+    for (w_at, b_at), n_in, n_out in zip(offsets, sizes[:-1], sizes[1:]):
+        blocks += [(w_at, w_at + n_out * n_in), (b_at, b_at + n_out)]
+    return np.array(blocks, dtype=np.int64)
+
+
 def forward_flops(sizes, batch_size):
     """FLOPs of each layer's forward GEMM, as an array of length L."""
     return np.array([2 * batch_size * i * o for i, o in zip(sizes[:-1], sizes[1:])], dtype=np.float64)

@@ -39,17 +39,20 @@ def all_finite(x):
 
 
 @kernel
-def sgd_step(p, g, eta):
-    """``p -= eta * g`` (1-D), unless a result would be NaN or inf: then nothing changes.
+def sgd_step(p, g, eta, blocks):
+    """``p -= eta * g`` over the index ranges ``blocks`` (k, 2) of the 1-D arrays, unless a
+    result would be NaN or inf: then nothing changes.  Returns True when applied.
 
-    Returns True when the update was applied.
+    Only the blocks are read: gaps between them (alignment padding) may hold anything.
     """
     bad = 0
-    for i in range(p.shape[0]):
-        v = p[i] - eta * g[i]
-        bad |= np.int64((v - v) != 0.0)
+    for k in range(blocks.shape[0]):
+        for i in range(blocks[k, 0], blocks[k, 1]):
+            v = p[i] - eta * g[i]
+            bad |= np.int64((v - v) != 0.0)
     if bad != 0:
         return False
-    for i in range(p.shape[0]):
-        p[i] = p[i] - eta * g[i]
+    for k in range(blocks.shape[0]):
+        for i in range(blocks[k, 0], blocks[k, 1]):
+            p[i] = p[i] - eta * g[i]
     return True

@@ -147,18 +147,31 @@ def test_all_finite_finds_every_position(bad, where):
     assert not all_finite(x.astype(np.float32))
 
 
+ALL = np.array([[0, 50]], dtype=np.int64)
+
+
 def test_sgd_step_applies_or_leaves_untouched(rng):
     p, g = rng.standard_normal(50), rng.standard_normal(50)
     ref = p - 0.5 * g
-    assert sgd_step(p, g, 0.5)
+    assert sgd_step(p, g, 0.5, ALL)
     np.testing.assert_array_equal(p, ref)
     g[7] = np.nan
     before = p.copy()
-    assert not sgd_step(p, g, 0.5)
+    assert not sgd_step(p, g, 0.5, ALL)
     np.testing.assert_array_equal(p, before)
     g[7] = 1e308
-    assert not sgd_step(p, g, 1e10)                    # overflow to inf is refused too
+    assert not sgd_step(p, g, 1e10, ALL)               # overflow to inf is refused too
     np.testing.assert_array_equal(p, before)
+
+
+def test_sgd_step_touches_only_its_blocks(rng):
+    p, g = rng.standard_normal(20), rng.standard_normal(20)
+    g[5:8] = np.nan                                     # padding between blocks may hold anything
+    before = p.copy()
+    assert sgd_step(p, g, 0.5, np.array([[0, 5], [8, 20]], dtype=np.int64))
+    np.testing.assert_array_equal(p[5:8], before[5:8])
+    np.testing.assert_array_equal(p[:5], before[:5] - 0.5 * g[:5])
+    np.testing.assert_array_equal(p[8:], before[8:] - 0.5 * g[8:])
 
 
 def test_kernels_refuse_shapes_that_do_not_chain(rng):
