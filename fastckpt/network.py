@@ -137,12 +137,13 @@ class Network:
         return self._grads
 
     # -- training ---------------------------------------------------------------------------
-    def _batch(self, x, y, x_name, y_name):
+    def _batch(self, x, y, x_name, y_name, engine=None):
+        """The engine for this batch size (or the one given) and x, y checked, in its dtype and layout."""
         xb = as_batch(x, self.sizes[0], x_name, "input")
         yb = as_batch(y, self.sizes[-1], y_name, "output")
         if xb.shape[0] != yb.shape[0]:
             raise ValueError(f"{x_name} has {xb.shape[0]} samples but {y_name} has {yb.shape[0]}")
-        engine = self._engine_for(xb.shape[0])
+        engine = self._engine_for(xb.shape[0]) if engine is None else engine
         out = []
         for arr, name in ((xb, x_name), (yb, y_name)):
             if arr.dtype != self.dtype or not arr.flags.c_contiguous:

@@ -7,9 +7,9 @@ error rather than a crash.
 from .activations import bias_sigmoid
 from .blas import blas_threads, set_blas_threads
 from .dense import dense_backward, dense_backward_sgd, dense_forward
-from .elementwise import all_finite, quadratic_delta, sgd_step
+from .elementwise import accumulate, all_finite, quadratic_delta, sgd_step
 
 __all__ = [
-    "all_finite", "bias_sigmoid", "blas_threads", "dense_backward", "dense_backward_sgd", "dense_forward",
+    "accumulate", "all_finite", "bias_sigmoid", "blas_threads", "dense_backward", "dense_backward_sgd", "dense_forward",
     "quadratic_delta", "set_blas_threads", "sgd_step",
 ]

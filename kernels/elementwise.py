@@ -56,3 +56,11 @@ def sgd_step(p, g, eta, blocks):
         for i in range(blocks[k, 0], blocks[k, 1]):
             p[i] = p[i] - eta * g[i]
     return True
+
+
+@kernel
+def accumulate(acc, g, blocks):
+    """``acc += g`` over the index ranges ``blocks`` (k, 2) of the 1-D arrays; gaps are left alone."""
+    for k in range(blocks.shape[0]):
+        for i in range(blocks[k, 0], blocks[k, 1]):
+            acc[i] += g[i]

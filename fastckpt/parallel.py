@@ -1,0 +1,169 @@
+"""Data parallelism over threads: the gradients of several minibatches at once, one averaged update.
+
+This is the scheme of the course's ThreadPool exercise (``threads_in_pool``,
+``parallel_batches``) on fastckpt's kernels, which release the GIL, so the
+threads really run at once.  Each worker has its own engine (workspace and
+gradients) and runs the network's own plan, so checkpointing works unchanged.
+
+NOTE [ Deterministic reduction ]
+Minibatch ``k`` always goes to worker ``k % threads``.  Each worker adds its
+minibatches' gradients in the order of ``k``, and the workers' sums are added
+in worker order.  So the update is the same, bit for bit, whatever the
+threads' timing.  With same-size minibatches it equals one step on their
+concatenation, up to the rounding of that summation order.
+"""
+import os
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import psutil
+
+from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
+
+from ._checks import check_eta, check_positive_int
+from .engine import Engine
+from .network import Network, _pair
+from .strategies import plan as make_plan
+
+
+class DataParallel:
+    """Train ``net`` with the gradients of several minibatches computed on ``threads`` threads.
+
+    Parameters
+    ----------
+    net : Network or NetworkWithCheckpointing
+        Trained in place; its strategy and dtype are used by every worker.
+    threads : int, optional
+        Worker threads.  With more than one, BLAS runs single-threaded while
+        they work, so the threads do not oversubscribe the cores.
+    """
+
+    def __init__(self, net, threads=2):
+        if not isinstance(net, Network):
+            raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
+        self.net = net
+        self.threads = check_positive_int(threads, "threads")
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastckpt") if self.threads > 1 else None
+        self._engines = {}
+        self._sums = [np.zeros_like(net._flat) for _ in range(self.threads)]
+        self.last_loss = None
+
+    def close(self):
+        """Stop the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _engine(self, worker, batch):
+        key = (worker, batch)
+        if key not in self._engines:
+            net = self.net
+            plan = make_plan(net.sizes, batch, net.dtype, net.strategy, optimizer_in_backward=False)
+            self._engines[key] = Engine(plan)
+        return self._engines[key]
+
+    def update_mini_batches(self, x_batches, y_batches, eta):
+        """One SGD step on the mean gradient of the minibatches (a sequence, or a 3-D array).
+
+        Every minibatch must have the same number of samples.  The update is
+        applied only if no parameter would become NaN or inf.
+        """
+        eta = check_eta(eta)
+        xs, ys = list(x_batches), list(y_batches)
+        if not xs or len(xs) != len(ys):
+            raise ValueError("x_batches and y_batches must be non-empty and of one length, "
+                             f"got {len(xs)} and {len(ys)}")
+        sizes = {np.shape(x)[0] for x in xs}
+        if len(sizes) != 1:
+            raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
+        batch = sizes.pop()
+        net = self.net
+        weights, biases = net._params()
+        blocks = net._blocks
+
+        def work(worker):
+            total = self._sums[worker]
+            total[...] = 0.0
+            losses = []
+            for k in range(worker, len(xs), self.threads):
+                engine = self._engine(worker, batch)
+                _, xb, yb = net._batch(xs[k], ys[k], f"x_batches[{k}]", f"y_batches[{k}]", engine)
+                flat, gw, gb = engine.workspace.gradients()
+                losses.append((k, engine.step(xb, yb, weights, biases, gw, gb)))
+                accumulate(total, flat, blocks)
+            return losses
+
+        threads = blas_threads()
+        if self._pool is not None and threads > 1:
+            set_blas_threads(1)
+        try:
+            if self._pool is None:
+                results = [work(0)]
+            else:
+                results = list(self._pool.map(work, range(min(self.threads, len(xs)))))
+        finally:
+            if self._pool is not None and threads > 1:
+                set_blas_threads(threads)
+        for worker in range(1, len(results)):                   # fixed order: NOTE [ Deterministic reduction ]
+            accumulate(self._sums[0], self._sums[worker], blocks)
+        losses = sorted(loss for part in results for loss in part)
+        self.last_loss = float(np.mean([loss for _, loss in losses]))
+        if not sgd_step(net._flat, self._sums[0], eta / len(xs), blocks):
+            raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
+
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
+            verbose=True):
+        """The lab's loop, ``parallel_batches`` minibatches per update; returns (memusage, updatetime).
+
+        Minibatches are taken in order, as the lab does, and samples that do not
+        fill the last minibatch are skipped (with a warning).  The last update of
+        an epoch averages the minibatches left when fewer than ``parallel_batches``
+        remain.  ``parallel_batches`` defaults to ``threads``.
+        """
+        net = self.net
+        x_train, y_train = _pair(training_data, "training_data")
+        epochs = check_positive_int(epochs, "epochs", minimum=0)
+        mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
+        per_update = check_positive_int(parallel_batches or self.threads, "parallel_batches")
+        eta = check_eta(eta)
+        n = len(x_train)
+        if len(y_train) != n:
+            raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
+        if mini_batch_size > n:
+            raise ValueError(f"mini_batch_size must be <= the {n} training samples, got {mini_batch_size}")
+        if n % mini_batch_size:
+            warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a mini-batch "
+                          f"of {mini_batch_size} and are skipped every epoch, as in the lab", stacklevel=2)
+        starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
+        if test_data is not None:
+            x_test, y_test = _pair(test_data, "test_data")
+        process = psutil.Process(os.getpid())
+        memusage, updatetime = [], []
+        net.accuracies = []
+        for epoch in range(epochs):
+            for i in range(0, len(starts), per_update):
+                group = starts[i:i + per_update]
+                t0 = time.perf_counter()
+                memusage.append(process.memory_info().rss)
+                try:
+                    self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
+                                             [y_train[s:s + mini_batch_size] for s in group], eta)
+                except FloatingPointError as exc:
+                    raise FloatingPointError(f"training stopped at epoch {epoch}, update {i // per_update}: "
+                                             f"{exc}") from exc
+                updatetime.append(time.perf_counter() - t0)
+            if test_data is not None:
+                net.accuracies.append(net.evaluate(x_test, y_test))
+                if verbose:
+                    print(f"Epoch: {epoch}, Accuracy: {net.accuracies[-1]}")
+            elif verbose:
+                print(f"Epoch: {epoch}")
+        return memusage, updatetime

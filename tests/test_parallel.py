@@ -1,0 +1,91 @@
+"""Data parallelism over threads: one averaged update equals one step on the concatenated batch."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fastckpt.parallel as parallel
+from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt.parallel import DataParallel
+
+
+def _pair_of_nets(sizes, seed=3, **kwargs):
+    nets = []
+    for _ in range(2):
+        np.random.seed(seed)
+        nets.append(NetworkWithCheckpointing(sizes, **kwargs) if kwargs else Network(sizes))
+    return nets
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("strategy", [None, "revolve(1)"])
+def test_update_equals_one_step_on_the_concatenated_batch(rng, threads, strategy):
+    sizes = [12, 9, 7, 5]
+    one, many = _pair_of_nets(sizes, **({"strategy": strategy} if strategy else {}))
+    xs = rng.random((5, 8, 12))                          # 5 minibatches of 8
+    ys = rng.random((5, 8, 5))
+    with DataParallel(many, threads=threads) as dp:
+        for _ in range(3):
+            one.update_mini_batch(xs.reshape(40, 12), ys.reshape(40, 5), 0.7)
+            dp.update_mini_batches(xs, ys, 0.7)
+            assert dp.last_loss == pytest.approx(one.last_loss, rel=1e-12)
+    for a, b in zip(one.weights + one.biases, many.weights + many.biases):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+
+
+def test_the_update_does_not_depend_on_thread_timing(rng, monkeypatch):
+    sizes = [30, 20, 10]
+    xs, ys = rng.random((6, 16, 30)), rng.random((6, 16, 10))
+    results = []
+    real = parallel.accumulate
+    for delay in (0.0, 0.02):
+        def slow_first_worker(acc, g, blocks, delay=delay):
+            if threading.current_thread().name.endswith("_0"):
+                time.sleep(delay)                        # make the workers finish in another order
+            real(acc, g, blocks)
+        monkeypatch.setattr(parallel, "accumulate", slow_first_worker)
+        np.random.seed(0)
+        net = Network(sizes)
+        with DataParallel(net, threads=2) as dp:
+            for _ in range(2):
+                dp.update_mini_batches(xs, ys, 0.5)
+        results.append([w.copy() for w in net.weights + net.biases])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sgd_trains_like_the_lab_loop_on_grouped_minibatches(rng):
+    sizes = [10, 8, 3]
+    x, y = rng.random((100, 10)), rng.random((100, 3))
+    one, many = _pair_of_nets(sizes)
+    with DataParallel(many, threads=2) as dp:
+        mem, times = dp.SGD((x, y), 2, 10, 1.0, test_data=(x, y.argmax(axis=1)), parallel_batches=3, verbose=False)
+    assert len(mem) == len(times) == 2 * 4                  # 10 minibatches per epoch in groups of 3, 3, 3, 1
+    for _ in range(2):
+        for start in range(0, 100, 30):
+            end = min(start + 30, 100)
+            one.update_mini_batch(x[start:end], y[start:end], 1.0)
+    for a, b in zip(one.weights, many.weights):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)
+    assert len(many.accuracies) == 2
+
+
+def test_bad_arguments_are_named():
+    net = Network([4, 3, 2])
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        DataParallel(net, threads=0)
+    with pytest.raises(TypeError, match="net must be a fastckpt Network, got list"):
+        DataParallel([1, 2])
+    with DataParallel(net, threads=2) as dp:
+        with pytest.raises(ValueError, match=r"same number of samples, got sizes \[2, 3\]"):
+            dp.update_mini_batches([np.ones((2, 4)), np.ones((3, 4))], [np.ones((2, 2)), np.ones((3, 2))], 0.1)
+        with pytest.raises(ValueError, match="non-empty"):
+            dp.update_mini_batches([], [], 0.1)
+        with pytest.raises(ValueError, match=r"x_batches\[1\] contains NaN or inf"):
+            dp.update_mini_batches([np.ones((2, 4)), np.full((2, 4), np.nan)], [np.ones((2, 2))] * 2, 0.1)
+        before = [w.copy() for w in net.weights]
+        with pytest.raises(FloatingPointError, match="weights left unchanged"):
+            dp.update_mini_batches([np.ones((2, 4))] * 2, [np.full((2, 2), 1e300)] * 2, 1e300)
+        for a, b in zip(before, net.weights):
+            np.testing.assert_array_equal(a, b)
