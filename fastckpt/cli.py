@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -245,6 +246,57 @@ def profile(args):
     return 0
 
 
+# -- train ------------------------------------------------------------------------------------
+def train(args):
+    """Train one net (plainly or with a strategy) on one process, on threads, or on MPI ranks."""
+    from .network import NetworkWithCheckpointing
+    trainer = rank = None
+    if args.mpi:
+        from .distributed import MPITrainer, mpi_world
+        rank = mpi_world()[1].Get_rank()
+    (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
+    if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
+        raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
+                         f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
+    make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
+    np.random.seed(args.seed)
+    net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
+    lead = rank in (None, 0)
+    t0 = time.perf_counter()
+    if args.mpi:
+        trainer = MPITrainer(net)
+        _, times = trainer.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta,
+                               test_data=(x_test, y_test), verbose=lead and not args.json)
+        workers = {"ranks": trainer.ranks, "bytes_sent_and_received_per_update": trainer.bytes_per_update}
+    elif args.threads > 1 or args.parallel_batches:
+        from .parallel import DataParallel
+        with DataParallel(net, threads=args.threads) as dp:
+            _, times = dp.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta, test_data=(x_test, y_test),
+                              parallel_batches=args.parallel_batches, verbose=not args.json)
+        workers = {"threads": args.threads, "parallel_batches": args.parallel_batches or args.threads}
+    else:
+        _, times = net.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta, test_data=(x_test, y_test),
+                           verbose=not args.json)
+        workers = {}
+    seconds = time.perf_counter() - t0
+    if not lead:
+        return 0
+    result = {"sizes": args.sizes, "strategy": str(args.strategy), "batch_size": args.batch_size, "eta": args.eta,
+              "epochs": args.epochs, "accuracies": net.accuracies, "updates": len(times),
+              "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
+              "seconds": seconds, **workers}
+    if args.save:
+        np.savez(args.save, *net.weights, *net.biases)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"trained {args.sizes} ({result['strategy']}) for {args.epochs} epochs: accuracy "
+              f"{net.accuracies[-1] if net.accuracies else float('nan'):.4f}, {len(times)} updates, "
+              f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
+              + (f", {workers}" if workers else ""))
+    return 0
+
+
 # -- the command line -------------------------------------------------------------------------
 def _parser():
     parser = _Parser(prog="fastckpt", description="Fast MLP training with gradient checkpointing.")
@@ -291,6 +343,20 @@ def _parser():
     p.add_argument("--json", action="store_true")
     p.set_defaults(batch_size=100)
 
+    p = sub.add_parser("train", help="train one net: on one process, on threads, or on MPI ranks (mpiexec)")
+    common(p)
+    p.add_argument("--strategy", type=_strategy, default="plain", help=strategies_help)
+    p.add_argument("--epochs", type=_positive, default=10)
+    p.add_argument("--eta", type=float, default=3.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None)
+    p.add_argument("--threads", type=_positive, default=1, help="worker threads (fastckpt.parallel)")
+    p.add_argument("--parallel-batches", type=_positive, default=None,
+                   help="mini-batches per update on threads (default: --threads)")
+    p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
+    p.add_argument("--save", default=None, help="rank 0 writes the trained weights and biases here (.npz)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("profile", help="train under memray and write its flamegraph HTML report")
     common(p)
     p.add_argument("--strategy", type=_strategy, default="every_nth(2)", help=strategies_help)
@@ -304,7 +370,7 @@ def _parser():
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    commands = {"compare": compare, "plan": show_plan, "analyze": analyze, "profile": profile}
+    commands = {"compare": compare, "plan": show_plan, "analyze": analyze, "profile": profile, "train": train}
     try:
         return commands[args.command](args)
     except (ValueError, TypeError, OSError, RuntimeError) as exc:

@@ -1,0 +1,97 @@
+"""MPI data parallelism, driven through mpiexec as a user would; every run has a time limit."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import fastckpt
+
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or not __import__("importlib").util.find_spec("mpi4py"),
+                               reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
+TRAIN = [sys.executable, "-m", "fastckpt", "train"]
+
+
+@needs_mpi
+def test_two_ranks_give_the_weights_of_one_process_on_the_concatenated_batches(tmp_path):
+    out = tmp_path / "w.npz"
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--sizes", "784,20,10", "--epochs", "2",
+                           "--batch-size", "10", "--eta", "1.0", "--save", str(out), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)                     # rank 0 alone prints
+    assert result["ranks"] == 2 and result["updates"] == 2 * 200
+    (x, y), _ = fastckpt.load_mnist()
+    np.random.seed(0)
+    net = fastckpt.NetworkWithCheckpointing([784, 20, 10], strategy="plain")
+    for _ in range(2):
+        for start in range(0, 4000, 20):                 # rank 0 takes the first 10, rank 1 the next 10
+            net.update_mini_batch(x[start:start + 20], y[start:start + 20], 1.0)
+    saved = np.load(out)
+    for k, ref in enumerate(net.weights + net.biases):
+        np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13)
+
+
+@needs_mpi
+def test_checkpointing_runs_unchanged_on_each_rank(tmp_path):
+    paths = []
+    for strategy in ("plain", "revolve(1)"):
+        paths.append(tmp_path / f"{strategy}.npz")
+        proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--sizes", "784,20,16,10", "--epochs", "1",
+                               "--strategy", strategy, "--save", str(paths[-1]), "--json"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    plain, ckpt = np.load(paths[0]), np.load(paths[1])
+    for key in plain.files:
+        np.testing.assert_array_equal(plain[key], ckpt[key])   # recompute is bit-identical
+
+
+@needs_mpi
+def test_more_ranks_than_minibatches_is_an_error_not_a_hang():
+    t0 = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--batch-size", "3000"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 120
+    assert "make 1 mini-batches of 3000, fewer than the 2 ranks" in proc.stderr
+
+
+@needs_mpi
+def test_a_dying_rank_ends_the_run_within_bounded_time():
+    job = subprocess.Popen([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--epochs", "500", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = []
+        deadline = time.monotonic() + 120
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = [p for p in psutil.Process(job.pid).children(recursive=True) if "fastckpt" in " ".join(p.cmdline())]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks never started"
+        time.sleep(2.0)                                   # let them train and meet in collectives
+        ranks[-1].kill()
+        job.wait(timeout=120)                             # raises if the survivor hangs
+        assert job.returncode != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+
+
+def test_mpi_without_mpi4py_is_a_clear_error():
+    code = ("import sys; sys.modules['mpi4py'] = None; from fastckpt.cli import main; "
+            "sys.exit(main(['train', '--mpi', '--epochs', '1']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "pip install mpi4py mpich" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_train_on_threads_from_the_command_line():
+    proc = subprocess.run([*TRAIN, "--threads", "2", "--parallel-batches", "4", "--epochs", "1", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["threads"] == 2 and result["parallel_batches"] == 4 and result["updates"] == 100
