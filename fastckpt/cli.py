@@ -260,7 +260,7 @@ def train(args):
                          f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
     make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
     np.random.seed(args.seed)
-    net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
+    net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype, loss=args.loss, l2=args.l2)
     lead = rank in (None, 0)
     t0 = time.perf_counter()
     if args.mpi:
@@ -281,7 +281,8 @@ def train(args):
     seconds = time.perf_counter() - t0
     if not lead:
         return 0
-    result = {"sizes": args.sizes, "strategy": str(args.strategy), "batch_size": args.batch_size, "eta": args.eta,
+    result = {"sizes": args.sizes, "strategy": str(args.strategy), "loss": args.loss, "l2": args.l2,
+              "batch_size": args.batch_size, "eta": args.eta,
               "epochs": args.epochs, "accuracies": net.accuracies, "updates": len(times),
               "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
@@ -354,6 +355,9 @@ def _parser():
     p.add_argument("--parallel-batches", type=_positive, default=None,
                    help="mini-batches per update on threads (default: --threads)")
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
+    p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default="quadratic",
+                   help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)")
+    p.add_argument("--l2", type=float, default=0.0, help="L2 weight penalty (0.5 * l2 * ||W||^2 per layer)")
     p.add_argument("--save", default=None, help="rank 0 writes the trained weights and biases here (.npz)")
     p.add_argument("--json", action="store_true")
 

@@ -5,7 +5,14 @@ reused for every step; a smaller batch uses leading rows of the same buffers.
 """
 import numpy as np
 
-from fastckpt.kernels import dense_backward, dense_backward_sgd, dense_forward, quadratic_delta
+from fastckpt.kernels import (
+    cross_entropy_delta,
+    dense_backward,
+    dense_backward_sgd,
+    dense_forward,
+    dense_forward_log_softmax,
+    quadratic_delta,
+)
 
 from .schedule import delta_elems, param_layout
 
@@ -81,11 +88,24 @@ class Workspace:
 class Engine:
     """Forward and backward over a plan for one network's parameters."""
 
-    def __init__(self, plan):
+    def __init__(self, plan, loss="quadratic", l2=None):
         self.plan = plan
         self.workspace = Workspace(plan)
         self.forward_counts = [0] * plan.n_layers
         self.trace = None                        # set to a list to record (op, layer) events
+        self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
+        self.l2 = tuple(l2) if l2 is not None else (0.0,) * plan.n_layers
+
+    def penalty(self, weights):
+        """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
+        total = 0.0
+        if not any(self.l2):
+            return total
+        for coef, w in zip(self.l2, weights):
+            if coef:
+                flat = w.reshape(-1)
+                total += 0.5 * coef * float(np.dot(flat, flat))
+        return total
 
     def step(self, x, y, weights, biases, grad_w=None, grad_b=None, eta=None):
         """One pass over the plan; returns the mean loss.
@@ -103,19 +123,26 @@ class Engine:
             counts[i] = 0
         trace = self.trace
         loss = np.nan
+        last, l2 = self.plan.n_layers - 1, self.l2
         for kind, layer, a, d_out, d_in in self.workspace.ops(batch):
             if a is None:
                 a = x
             if kind == FWD:
-                dense_forward(a, weights[layer], biases[layer], scratch, d_out)
+                if self.softmax and layer == last:
+                    dense_forward_log_softmax(a, weights[layer], biases[layer], scratch, d_out)
+                else:
+                    dense_forward(a, weights[layer], biases[layer], scratch, d_out)
                 counts[layer] += 1
             elif kind == LOSS:
-                loss = quadratic_delta(a, y, d_out)
+                loss = cross_entropy_delta(a, y, d_out) if self.softmax else quadratic_delta(a, y, d_out)
+                loss += self.penalty(weights)
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
             elif step is None:
-                dense_backward(a, weights[layer], d_out, scale, scratch, grad_w[layer], grad_b[layer], d_in)
-            elif not dense_backward_sgd(a, weights[layer], biases[layer], d_out, step, scratch, d_in):
+                dense_backward(a, weights[layer], d_out, scale, scratch, grad_w[layer], grad_b[layer], d_in,
+                               l2[layer])
+            elif not dense_backward_sgd(a, weights[layer], biases[layer], d_out, step, scratch, d_in,
+                                        eta * l2[layer]):
                 raise FloatingPointError(
                     f"the update made layer {layer}'s parameters NaN or inf; with the optimizer in "
                     f"backward, layers {layer}..{self.plan.n_layers - 1} are already updated")

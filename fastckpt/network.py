@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import psutil
 
-from fastckpt.kernels import dense_forward, sgd_step
+from fastckpt.kernels import dense_forward, dense_forward_log_softmax, sgd_step
 
 from ._checks import as_batch, check_dtype, check_eta, check_finite, check_positive_int, check_sizes
 from .engine import Engine
@@ -42,9 +42,14 @@ class Network:
         arrays assigned to them are copied into it.
     """
 
-    def __init__(self, sizes, *, dtype=np.float64, optimizer_in_backward=False):
+    def __init__(self, sizes, *, dtype=np.float64, optimizer_in_backward=False, loss="quadratic", l2=0.0):
         sizes = check_sizes(sizes)
         self.dtype = check_dtype(dtype)
+        if loss not in ("quadratic", "cross_entropy"):
+            raise ValueError(f"loss must be 'quadratic' (sigmoid output) or 'cross_entropy' (softmax output), "
+                             f"got {loss!r}")
+        self.loss = loss
+        self.l2 = _check_l2(l2, len(sizes) - 1)
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
@@ -82,7 +87,7 @@ class Network:
     def _engine_for(self, batch):
         if self._engine is None or self._engine.plan.batch_size < batch:
             self._engine = None                      # free the old workspace first
-            self._engine = Engine(self.plan(batch))
+            self._engine = Engine(self.plan(batch), self.loss, self.l2)
         return self._engine
 
     # -- parameters -------------------------------------------------------------------------
@@ -194,7 +199,11 @@ class Network:
         outs = [a]
         for layer in range(start, end):
             out = np.empty((a.shape[0], self.sizes[layer + 1]), dtype=self.dtype)
-            dense_forward(a, w2[layer], b1[layer], scratch, out)
+            if self.loss == "cross_entropy" and layer == self.num_layers - 2:
+                dense_forward_log_softmax(a, w2[layer], b1[layer], scratch, out)
+                np.exp(out, out=out)                             # probabilities for the caller
+            else:
+                dense_forward(a, w2[layer], b1[layer], scratch, out)
             outs.append(out)
             a = out
         return outs
@@ -365,6 +374,23 @@ class NetworkWithCheckpointing(Network):
         arr, layout = self._as_input(a, self.sizes[start], "a")
         outs = self._forward(arr, start, end)
         return [a] + [self._shape_like(o, layout) for o in outs[1:]]
+
+
+def _check_l2(l2, n_layers):
+    """One non-negative finite float per layer."""
+    values = list(l2) if np.ndim(l2) == 1 else [l2] * n_layers
+    if len(values) != n_layers:
+        raise ValueError(f"l2 must be one number or one per layer ({n_layers}), got {len(values)} values")
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"l2 must hold real numbers, got {v!r}") from None
+        if not np.isfinite(f) or f < 0:
+            raise ValueError(f"l2 must be finite and >= 0, got {v!r}")
+        out.append(f)
+    return tuple(out)
 
 
 def _draw_normal(out):

@@ -67,7 +67,7 @@ class DataParallel:
         if key not in self._engines:
             net = self.net
             plan = make_plan(net.sizes, batch, net.dtype, net.strategy, optimizer_in_backward=False)
-            self._engines[key] = Engine(plan)
+            self._engines[key] = Engine(plan, net.loss, net.l2)
         return self._engines[key]
 
     def update_mini_batches(self, x_batches, y_batches, eta):

@@ -120,3 +120,39 @@ def bias_sigmoid(z, b, scratch):
             t = -(np.float64(zi[j]) + np.float64(b[j]))
             s = 1.0 / (1.0 + scratch[j])
             zi[j] = s if t <= limit else (0.0 if t > limit else t)  # t is NaN in the last case
+
+
+@kernel
+def bias_log_softmax(z, b, scratch):
+    """In place, row by row: ``z = log_softmax(z + b)`` in float64, stored in z's dtype.
+
+    .. math::  \\log p_j = (z_j + b_j) - m - \\log \\textstyle\\sum_k e^{z_k + b_k - m}, \\quad m = \\max_k (z_k + b_k)
+
+    Exact for any finite logits (no overflow, no log of 0).  scratch float64 (>= n,).
+    """
+    batch, n = z.shape
+    if scratch.shape[0] < n or b.shape[0] != n:
+        raise ValueError("bias_log_softmax: scratch or bias shorter than the row")
+    bits = scratch.view(np.int64)
+    for i in range(batch):
+        zi = z[i]
+        m = -np.inf
+        for j in range(n):
+            v = np.float64(zi[j]) + np.float64(b[j])
+            m = v if v > m else m
+        for j in range(n):                             # e^(v - m), v - m in [-inf, 0]
+            t = np.float64(zi[j]) + np.float64(b[j]) - m
+            t = t if t > -708.0 else -708.0
+            k, p = _exp_parts(t)
+            scratch[j] = p
+        for j in range(n):
+            t = np.float64(zi[j]) + np.float64(b[j]) - m
+            t = t if t > -708.0 else -708.0
+            k, p = _exp_parts(t)
+            bits[j] += np.int64(k) << 52
+        total = 0.0
+        for j in range(n):
+            total += scratch[j]
+        lse = m + np.log(total)
+        for j in range(n):
+            zi[j] = np.float64(zi[j]) + np.float64(b[j]) - lse

@@ -24,7 +24,7 @@ Every kernel writes into arrays its caller passes; none allocates.
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import bias_sigmoid, smallest_normal
+from .activations import bias_log_softmax, bias_sigmoid, smallest_normal
 from .blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
 
 
@@ -85,12 +85,24 @@ def _delta_in(a_in, w, dz_out, dz_in):
 
 
 @kernel
-def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in):
+def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
+    """The output layer of a softmax net: ``a_out = log_softmax(a_in @ w.T + b)`` (log-probabilities)."""
+    batch, n_in = a_in.shape
+    n_out = w.shape[0]
+    if w.shape[1] != n_in or a_out.shape[0] != batch or a_out.shape[1] != n_out:
+        raise ValueError("dense_forward_log_softmax: shapes do not chain")
+    gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a_in, n_in, w, n_in, 0.0, a_out, n_out)
+    bias_log_softmax(a_out, b, scratch)
+
+
+@kernel
+def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.0):
     """Gradients of one layer from its output delta, and the delta of the layer below.
 
     ``grad_w`` (n_out, n_in) and ``grad_b`` (n_out,) get ``scale``-weighted sums
     over the batch of ``dz_out`` (batch, n_out).  ``dz_in`` (batch, n_in) gets
     the layer below's pre-activation delta unless it has no rows (first layer).
+    ``l2`` adds the weight penalty's gradient ``l2 * w`` (biases carry none).
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
     batch, n_in = a_in.shape
@@ -102,18 +114,23 @@ def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in):
     for j in range(n_out):
         grad_b[j] = scale * acc[j]
     gemm(TRANS, NO_TRANS, n_out, n_in, batch, scale, dz_out, n_out, a_in, n_in, 0.0, grad_w, n_in)
+    if l2 != 0.0:
+        for r in range(n_out):
+            for c in range(n_in):
+                grad_w[r, c] += l2 * w[r, c]
     if dz_in.shape[0] > 0:
         _delta_in(a_in, w, dz_out, dz_in)
 
 
 @kernel
-def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in):
+def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0):
     """Backward step that applies SGD at once: ``w -= step * dz_out^T a_in``, ``b -= step * sum(dz_out)``.
 
     ``dz_in`` is computed first, from the weights before the update, so the
     result equals computing the gradient and then updating (up to the rounding
-    of folding ``step`` into the GEMM).  Returns False when the updated ``w`` or
-    ``b`` holds a NaN or inf.
+    of folding ``step`` into the GEMM).  ``decay`` = eta * l2 shrinks ``w`` by
+    ``1 - decay`` in the same GEMM (its beta).  Returns False when the updated
+    ``w`` or ``b`` holds a NaN or inf.
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
     batch, n_in = a_in.shape
@@ -128,7 +145,7 @@ def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in):
     for j in range(n_out):
         b[j] = b[j] - step * acc[j]
         bad |= np.int64((b[j] - b[j]) != 0.0)
-    gemm(TRANS, NO_TRANS, n_out, n_in, batch, -step, dz_out, n_out, a_in, n_in, 1.0, w, n_in)
+    gemm(TRANS, NO_TRANS, n_out, n_in, batch, -step, dz_out, n_out, a_in, n_in, 1.0 - decay, w, n_in)
     flat = w.ravel()
     for k in range(flat.shape[0]):
         v = flat[k]

@@ -28,6 +28,22 @@ def quadratic_delta(a, y, dz):
 
 
 @kernel
+def cross_entropy_delta(logp, y, dz):
+    """``dz = exp(logp) - y``, the softmax output's pre-activation delta; returns the mean
+    cross-entropy ``-sum(y * logp)`` over the batch.  Subnormal deltas are flushed to 0."""
+    batch, n = logp.shape
+    tiny = smallest_normal(dz)
+    loss = 0.0
+    for i in range(batch):
+        for j in range(n):
+            v = np.exp(np.float64(logp[i, j])) - y[i, j]
+            dz[i, j] = v if abs(v) >= tiny else 0.0
+            if y[i, j] != 0:
+                loss -= np.float64(y[i, j]) * logp[i, j]
+    return loss / batch
+
+
+@kernel
 def all_finite(x):
     """True when no element of the C-contiguous array ``x`` is NaN or inf."""
     flat = x.ravel()                                   # a view: x is C-contiguous
