@@ -266,8 +266,10 @@ def train(args):
     if args.mpi:
         trainer = MPITrainer(net)
         _, times = trainer.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta,
-                               test_data=(x_test, y_test), verbose=lead and not args.json)
-        workers = {"ranks": trainer.ranks, "bytes_sent_and_received_per_update": trainer.bytes_per_update}
+                               test_data=(x_test, y_test), parallel_batches=args.parallel_batches,
+                               verbose=lead and not args.json)
+        workers = {"ranks": trainer.ranks, "parallel_batches": args.parallel_batches or trainer.ranks,
+                   "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or args.parallel_batches:
         from .parallel import DataParallel
         with DataParallel(net, threads=args.threads) as dp:
@@ -353,7 +355,7 @@ def _parser():
     p.add_argument("--data", default=None)
     p.add_argument("--threads", type=_positive, default=1, help="worker threads (fastckpt.parallel)")
     p.add_argument("--parallel-batches", type=_positive, default=None,
-                   help="mini-batches per update on threads (default: --threads)")
+                   help="mini-batches per update (default: one per thread or rank)")
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
     p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default="quadratic",
                    help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)")

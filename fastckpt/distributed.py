@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from fastckpt.kernels import blas_threads, set_blas_threads, sgd_step
+from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
 
 from ._checks import check_eta, check_positive_int
 from .network import Network, _pair
@@ -60,39 +60,61 @@ class MPITrainer:
         self.net = net
         self.bytes_per_update = 2 * net._flat.nbytes          # one reduce and one broadcast of the gradient
         self._total = np.empty_like(net._flat) if self.rank == 0 else None
+        self._local = None
         self.last_loss = None
 
     def update(self, x, y, eta):
         """One SGD step on the mean of every rank's minibatch gradient (same size on every rank)."""
+        self.update_many([x], [y], eta)
+
+    def update_many(self, xs, ys, eta):
+        """One SGD step on the mean gradient of all ranks' minibatches, ``len(xs)`` on each rank.
+
+        Several minibatches per rank share one exchange: their gradients are
+        summed locally, in order, before the reduce.
+        """
         eta = check_eta(eta)
         net = self.net
-        net._gradients(x, y, "x", "y")
-        grads = net._grad_buffers()[2]
-        self.comm.Reduce(grads, self._total, op=self.MPI.SUM, root=0)
+        if self._local is None:
+            self._local = np.zeros_like(net._flat)
+        local = self._local
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            net._gradients(x, y, "x", "y")
+            grads = net._grad_buffers()[2]
+            if k == 0:
+                local[...] = 0.0
+            accumulate(local, grads, net._blocks)
+        self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
         if self.rank == 0:
-            grads[...] = self._total
-        self.comm.Bcast(grads, root=0)
-        self.last_loss = net.last_loss                         # this rank's minibatch (no extra round trip)
-        if not sgd_step(net._flat, grads, eta / self.ranks, net._blocks):
+            local[...] = self._total
+        self.comm.Bcast(local, root=0)
+        self.last_loss = net.last_loss                         # this rank's last minibatch (no extra round trip)
+        if not sgd_step(net._flat, local, eta / (self.ranks * len(xs)), net._blocks):
             raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
 
-    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True):
-        """The lab's loop with ``ranks`` minibatches per update, rank ``r`` taking every r-th one.
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
+            verbose=True):
+        """The lab's loop with ``parallel_batches`` minibatches per update (default: one per rank).
 
-        Returns (memusage, updatetime) of this rank.  Only rank 0 prints.
+        ``parallel_batches`` must be a multiple of the ranks; rank ``r`` takes
+        minibatches ``r, r + ranks, ...`` of each group.  Returns (memusage,
+        updatetime) of this rank.  Only rank 0 prints.
         """
         import psutil
         net = self.net
         x_train, y_train = _pair(training_data, "training_data")
         epochs = check_positive_int(epochs, "epochs", minimum=0)
         mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
+        per_update = check_positive_int(parallel_batches or self.ranks, "parallel_batches")
+        if per_update % self.ranks:
+            raise ValueError(f"parallel_batches must be a multiple of the {self.ranks} ranks, got {per_update}")
         eta = check_eta(eta)
         n = len(x_train)
         batches = n // mini_batch_size
-        if batches < self.ranks:
+        if batches < per_update:
             raise ValueError(f"{n} training samples make {batches} mini-batches of {mini_batch_size}, "
-                             f"fewer than the {self.ranks} ranks: every rank needs one per update")
-        updates = batches // self.ranks                      # whole rounds of one mini-batch per rank
+                             f"fewer than the {per_update} each update needs ({self.ranks} ranks)")
+        updates = batches // per_update                     # whole groups of one mini-batch set per update
         if test_data is not None:
             x_test, y_test = _pair(test_data, "test_data")
         process = psutil.Process(os.getpid())
@@ -100,10 +122,11 @@ class MPITrainer:
         net.accuracies = []
         for epoch in range(epochs):
             for u in range(updates):
-                start = (u * self.ranks + self.rank) * mini_batch_size
+                mine = [(u * per_update + k) * mini_batch_size for k in range(self.rank, per_update, self.ranks)]
                 t0 = time.perf_counter()
                 memusage.append(process.memory_info().rss)
-                self.update(x_train[start:start + mini_batch_size], y_train[start:start + mini_batch_size], eta)
+                self.update_many([x_train[s:s + mini_batch_size] for s in mine],
+                                 [y_train[s:s + mini_batch_size] for s in mine], eta)
                 updatetime.append(time.perf_counter() - t0)
             if test_data is not None:
                 net.accuracies.append(net.evaluate(x_test, y_test))

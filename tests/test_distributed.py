@@ -39,6 +39,27 @@ def test_two_ranks_give_the_weights_of_one_process_on_the_concatenated_batches(t
 
 
 @needs_mpi
+def test_several_minibatches_per_rank_share_one_exchange(tmp_path):
+    out = tmp_path / "w.npz"
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--parallel-batches", "4", "--sizes", "784,20,10",
+                           "--epochs", "1", "--batch-size", "10", "--eta", "1.0", "--save", str(out), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["updates"] == 100
+    (x, y), _ = fastckpt.load_mnist()
+    np.random.seed(0)
+    net = fastckpt.NetworkWithCheckpointing([784, 20, 10], strategy="plain")
+    for start in range(0, 4000, 40):
+        net.update_mini_batch(x[start:start + 40], y[start:start + 40], 1.0)
+    saved = np.load(out)
+    for k, ref in enumerate(net.weights + net.biases):
+        np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13)
+    bad = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--parallel-batches", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "parallel_batches must be a multiple of the 2 ranks, got 3" in bad.stderr
+
+
+@needs_mpi
 def test_checkpointing_runs_unchanged_on_each_rank(tmp_path):
     paths = []
     for strategy in ("plain", "revolve(1)"):
@@ -58,7 +79,7 @@ def test_more_ranks_than_minibatches_is_an_error_not_a_hang():
     proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--batch-size", "3000"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and time.monotonic() - t0 < 120
-    assert "make 1 mini-batches of 3000, fewer than the 2 ranks" in proc.stderr
+    assert "make 1 mini-batches of 3000, fewer than the 2 each update needs (2 ranks)" in proc.stderr
 
 
 @needs_mpi
