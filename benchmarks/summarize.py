@@ -74,7 +74,7 @@ def _label(bench):
 
 
 def goals(benches):
-    """The issue's goals as ratios measured in this run."""
+    """The performance goals as ratios measured in this run."""
     med, peak = {}, {}
     for b in benches:
         p = b.get("params") or {}
