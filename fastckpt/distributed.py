@@ -15,14 +15,13 @@ machine split its cores: each runs BLAS on ``cores // ranks_on_the_machine``
 threads, since more would only spin against the other ranks.
 """
 import os
-import time
 
 import numpy as np
 
 from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
 
 from ._checks import check_eta, check_positive_int
-from .network import Network, _pair
+from .network import Network, check_training, run_epochs
 
 
 def mpi_world():
@@ -100,36 +99,20 @@ class MPITrainer:
         minibatches ``r, r + ranks, ...`` of each group.  Returns (memusage,
         updatetime) of this rank.  Only rank 0 prints.
         """
-        import psutil
-        net = self.net
-        x_train, y_train = _pair(training_data, "training_data")
-        epochs = check_positive_int(epochs, "epochs", minimum=0)
-        mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(
+            self.net, training_data, epochs, mini_batch_size, eta)
         per_update = check_positive_int(parallel_batches or self.ranks, "parallel_batches")
         if per_update % self.ranks:
             raise ValueError(f"parallel_batches must be a multiple of the {self.ranks} ranks, got {per_update}")
-        eta = check_eta(eta)
         n = len(x_train)
         batches = n // mini_batch_size
         if batches < per_update:
             raise ValueError(f"{n} training samples make {batches} mini-batches of {mini_batch_size}, "
                              f"fewer than the {per_update} each update needs ({self.ranks} ranks)")
-        updates = batches // per_update                     # whole groups of one mini-batch set per update
-        if test_data is not None:
-            x_test, y_test = _pair(test_data, "test_data")
-        process = psutil.Process(os.getpid())
-        memusage, updatetime = [], []
-        net.accuracies = []
-        for epoch in range(epochs):
-            for u in range(updates):
-                mine = [(u * per_update + k) * mini_batch_size for k in range(self.rank, per_update, self.ranks)]
-                t0 = time.perf_counter()
-                memusage.append(process.memory_info().rss)
-                self.update_many([x_train[s:s + mini_batch_size] for s in mine],
-                                 [y_train[s:s + mini_batch_size] for s in mine], eta)
-                updatetime.append(time.perf_counter() - t0)
-            if test_data is not None:
-                net.accuracies.append(net.evaluate(x_test, y_test))
-                if verbose and self.rank == 0:
-                    print(f"Epoch: {epoch}, Accuracy: {net.accuracies[-1]}", flush=True)
-        return memusage, updatetime
+        groups = [[(u * per_update + k) * mini_batch_size for k in range(self.rank, per_update, self.ranks)]
+                  for u in range(batches // per_update)]      # whole groups only: every rank takes part
+
+        def update(group):
+            self.update_many([x_train[s:s + mini_batch_size] for s in group],
+                             [y_train[s:s + mini_batch_size] for s in group], eta)
+        return run_epochs(self.net, epochs, groups, update, test_data, verbose and self.rank == 0)

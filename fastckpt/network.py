@@ -273,19 +273,9 @@ class Network:
         is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
         every update.
         """
-        x_train, y_train = _pair(training_data, "training_data")
-        epochs = check_positive_int(epochs, "epochs", minimum=0)
-        mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
-        eta = check_eta(eta)
-        as_batch(x_train, self.sizes[0], "training_data[0]", "input")
-        as_batch(y_train, self.sizes[-1], "training_data[1]", "output")
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(
+            self, training_data, epochs, mini_batch_size, eta)
         n = len(x_train)
-        if len(y_train) != n:
-            raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
-        if mini_batch_size > n:
-            raise ValueError(f"mini_batch_size must be <= the {n} training samples, got {mini_batch_size}")
-        if test_data is not None:
-            x_test, y_test = _pair(test_data, "test_data")
         starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
         if not drop_last and n % mini_batch_size:
             starts.append(starts[-1] + mini_batch_size)
@@ -293,28 +283,11 @@ class Network:
             warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a "
                           f"mini-batch of {mini_batch_size} and are skipped every epoch, as in the lab; "
                           "pass drop_last=False to train on them", stacklevel=2)
-        process = psutil.Process(os.getpid())
-        memusage, updatetime = [], []
-        self.accuracies = []
-        for j in range(epochs):
-            for i, s in enumerate(starts):
-                t0 = time.perf_counter()
-                memusage.append(process.memory_info().rss)
-                try:
-                    self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
-                except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
-                updatetime.append(time.perf_counter() - t0)
-                if progress is not None:
-                    progress(j, i + 1, len(starts))
-            if test_data is not None:
-                acc = self.evaluate(x_test, y_test)
-                self.accuracies.append(acc)
-                if verbose:
-                    print("Epoch: {0}, Accuracy: {1}".format(j, acc))
-            elif verbose:
-                print("Epoch: {0}".format(j))
-        return memusage, updatetime
+
+        def update(group):
+            s = group[0]
+            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress)
 
 
 class NetworkWithCheckpointing(Network):
@@ -374,6 +347,54 @@ class NetworkWithCheckpointing(Network):
         arr, layout = self._as_input(a, self.sizes[start], "a")
         outs = self._forward(arr, start, end)
         return [a] + [self._shape_like(o, layout) for o in outs[1:]]
+
+
+def check_training(net, training_data, epochs, mini_batch_size, eta):
+    """The lab loop's arguments checked: (x, y, epochs, mini_batch_size, eta)."""
+    x_train, y_train = _pair(training_data, "training_data")
+    epochs = check_positive_int(epochs, "epochs", minimum=0)
+    mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
+    eta = check_eta(eta)
+    as_batch(x_train, net.sizes[0], "training_data[0]", "input")
+    as_batch(y_train, net.sizes[-1], "training_data[1]", "output")
+    n = len(x_train)
+    if len(y_train) != n:
+        raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
+    if mini_batch_size > n:
+        raise ValueError(f"mini_batch_size must be <= the {n} training samples, got {mini_batch_size}")
+    return x_train, y_train, epochs, mini_batch_size, eta
+
+
+def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None):
+    """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
+
+    Records the process RSS before each update and its duration, evaluates and
+    prints per epoch as the lab does; returns (memusage, updatetime).
+    """
+    if test_data is not None:
+        x_test, y_test = _pair(test_data, "test_data")
+    process = psutil.Process(os.getpid())
+    memusage, updatetime = [], []
+    net.accuracies = []
+    for j in range(epochs):
+        for i, group in enumerate(groups):
+            t0 = time.perf_counter()
+            memusage.append(process.memory_info().rss)
+            try:
+                update(group)
+            except FloatingPointError as exc:
+                raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
+            updatetime.append(time.perf_counter() - t0)
+            if progress is not None:
+                progress(j, i + 1, len(groups))
+        if test_data is not None:
+            acc = net.evaluate(x_test, y_test)
+            net.accuracies.append(acc)
+            if verbose:
+                print("Epoch: {0}, Accuracy: {1}".format(j, acc), flush=True)
+        elif verbose:
+            print("Epoch: {0}".format(j), flush=True)
+    return memusage, updatetime
 
 
 def _check_l2(l2, n_layers):

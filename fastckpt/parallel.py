@@ -12,19 +12,16 @@ in worker order.  So the update is the same, bit for bit, whatever the
 threads' timing.  With same-size minibatches it equals one step on their
 concatenation, up to the rounding of that summation order.
 """
-import os
-import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import psutil
 
 from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
 
 from ._checks import check_eta, check_positive_int
 from .engine import Engine
-from .network import Network, _pair
+from .network import Network, check_training, run_epochs
 from .strategies import plan as make_plan
 
 
@@ -128,42 +125,17 @@ class DataParallel:
         an epoch averages the minibatches left when fewer than ``parallel_batches``
         remain.  ``parallel_batches`` defaults to ``threads``.
         """
-        net = self.net
-        x_train, y_train = _pair(training_data, "training_data")
-        epochs = check_positive_int(epochs, "epochs", minimum=0)
-        mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(
+            self.net, training_data, epochs, mini_batch_size, eta)
         per_update = check_positive_int(parallel_batches or self.threads, "parallel_batches")
-        eta = check_eta(eta)
         n = len(x_train)
-        if len(y_train) != n:
-            raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
-        if mini_batch_size > n:
-            raise ValueError(f"mini_batch_size must be <= the {n} training samples, got {mini_batch_size}")
         if n % mini_batch_size:
             warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a mini-batch "
                           f"of {mini_batch_size} and are skipped every epoch, as in the lab", stacklevel=2)
         starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
-        if test_data is not None:
-            x_test, y_test = _pair(test_data, "test_data")
-        process = psutil.Process(os.getpid())
-        memusage, updatetime = [], []
-        net.accuracies = []
-        for epoch in range(epochs):
-            for i in range(0, len(starts), per_update):
-                group = starts[i:i + per_update]
-                t0 = time.perf_counter()
-                memusage.append(process.memory_info().rss)
-                try:
-                    self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
-                                             [y_train[s:s + mini_batch_size] for s in group], eta)
-                except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {epoch}, update {i // per_update}: "
-                                             f"{exc}") from exc
-                updatetime.append(time.perf_counter() - t0)
-            if test_data is not None:
-                net.accuracies.append(net.evaluate(x_test, y_test))
-                if verbose:
-                    print(f"Epoch: {epoch}, Accuracy: {net.accuracies[-1]}")
-            elif verbose:
-                print(f"Epoch: {epoch}")
-        return memusage, updatetime
+        groups = [starts[i:i + per_update] for i in range(0, len(starts), per_update)]
+
+        def update(group):
+            self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
+                                     [y_train[s:s + mini_batch_size] for s in group], eta)
+        return run_epochs(self.net, epochs, groups, update, test_data, verbose)
