@@ -181,35 +181,21 @@ def table(results, setup):
 def write_report(out, results, setup):
     """PNGs (memory per update, cumulative update time, memory against depth) and summary.md in ``out``."""
     os.makedirs(out, exist_ok=True)
-    plt = memory._pyplot()
     title = f"{setup['sizes']}, batch {setup['batch_size']}, {setup['dtype']}"
     paths = {}
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = memory.figure()
     for r in results:
         rss = np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]
         ax.plot(rss / MiB, lw=1, label=f"{r['name']} (a step's own peak: {r['memray_peak_bytes'] / MiB:.3f} MiB, "
                                        "memray)")
-    ax.set_xlabel("weight update")
-    ax.set_ylabel("process RSS before the update,\nabove its value before the net was built (MiB)")
-    ax.set_title(f"Memory usage per weight update\n{title}")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths["memory"] = os.path.join(out, "memory_per_update.png")
-    fig.savefig(paths["memory"])
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    paths["memory"] = memory.save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
+                                  "process RSS before the update,\nabove its value before the net was built (MiB)",
+                                  f"Memory usage per weight update\n{title}")
+    fig, ax = memory.figure()
     for r in results:
         ax.plot(np.cumsum(r["update_seconds"]), label=f"{r['name']} ({r['ms_per_update']:.3f} ms/update)")
-    ax.set_xlabel("weight update")
-    ax.set_ylabel("cumulative update time (s)")
-    ax.set_title(f"Cumulative update time\n{title}")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths["time"] = os.path.join(out, "cumulative_update_time.png")
-    fig.savefig(paths["time"])
-    plt.close(fig)
+    paths["time"] = memory.save(fig, ax, os.path.join(out, "cumulative_update_time.png"), "weight update",
+                                "cumulative update time (s)", f"Cumulative update time\n{title}")
     sizes = setup["sizes"]
     width = max(sizes[1:-1]) if len(sizes) > 2 else sizes[0]
     rows = memory.depth_table([1, 2, 4, 8, 16, 32], width=width, n_in=sizes[0], n_out=sizes[-1],

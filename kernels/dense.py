@@ -39,14 +39,20 @@ def gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
                     b.ctypes.data, ldb, np.float32(beta), c.ctypes.data, ldc)
 
 
-@kernel
-def dense_forward(a_in, w, b, scratch, a_out):
-    """``a_out = sigmoid(a_in @ w.T + b)``; a_in (batch, n_in), w (n_out, n_in), a_out (batch, n_out)."""
+@inline
+def _linear(a_in, w, a_out):
+    """``a_out = a_in @ w.T`` after checking that the shapes chain."""
     batch, n_in = a_in.shape
     n_out = w.shape[0]
     if w.shape[1] != n_in or a_out.shape[0] != batch or a_out.shape[1] != n_out:
         raise ValueError("dense_forward: shapes do not chain")
     gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a_in, n_in, w, n_in, 0.0, a_out, n_out)
+
+
+@kernel
+def dense_forward(a_in, w, b, scratch, a_out):
+    """``a_out = sigmoid(a_in @ w.T + b)``; a_in (batch, n_in), w (n_out, n_in), a_out (batch, n_out)."""
+    _linear(a_in, w, a_out)
     bias_sigmoid(a_out, b, scratch)
 
 
@@ -87,11 +93,7 @@ def _delta_in(a_in, w, dz_out, dz_in):
 @kernel
 def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
     """The output layer of a softmax net: ``a_out = log_softmax(a_in @ w.T + b)`` (log-probabilities)."""
-    batch, n_in = a_in.shape
-    n_out = w.shape[0]
-    if w.shape[1] != n_in or a_out.shape[0] != batch or a_out.shape[1] != n_out:
-        raise ValueError("dense_forward_log_softmax: shapes do not chain")
-    gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a_in, n_in, w, n_in, 0.0, a_out, n_out)
+    _linear(a_in, w, a_out)
     bias_log_softmax(a_out, b, scratch)
 
 
