@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from fastckpt import NetworkWithCheckpointing
-from fastckpt.strategies import describe_sizes
+from fastckpt.costs import describe_sizes
 
 SIZES = [784] + [256] * 64 + [10]
 BATCH = 2048

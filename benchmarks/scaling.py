@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import fastckpt
+from fastckpt.costs import describe_sizes
 from fastckpt.parallel import DataParallel
-from fastckpt.strategies import describe_sizes
 
 # (sizes, minibatch, timed updates, minibatches per update: None = one per worker)
 CASES = [([784, 40, 30, 10], 10, 400, None), ([784, 40, 30, 10], 10, 100, 8), ([784, 40, 30, 10], 100, 200, None),

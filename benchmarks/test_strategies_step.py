@@ -78,9 +78,9 @@ def test_strategy_step(benchmark, data, case):
     net = _run(benchmark, build, x, y, rounds=7)
     p = net.plan(batch)
     benchmark.extra_info.update(predicted_bytes=p.bytes()["total"], recompute_factor=p.recompute_factor,
-                                extra_flop_fraction=p.extra_flop_fraction, strategy=p.strategy)
+                                extra_flop_fraction=p.extra_flop_fraction, strategy=str(p.strategy))
     # after timing: the plan was followed, and the trained net's gradients are still right
-    assert net._engine.forward_counts == list(p.forward_counts)
+    assert net.engine(1).forward_counts == list(p.forward_counts)
     nabla_b, nabla_w = net.backprop(x[:16], y[:16])
     ref_b, ref_w = naive.backprop(net.weights, net.biases, x[:16], y[:16])
     for got, ref in zip(nabla_b + nabla_w, ref_b + ref_w):

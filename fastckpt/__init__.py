@@ -3,11 +3,14 @@
 ``from fastckpt import Network, NetworkWithCheckpointing`` replaces the lab classes.
 """
 from . import memory, strategies
+from .checkpointing import NetworkWithCheckpointing
 from .data import load_mnist
-from .network import Network, NetworkWithCheckpointing
-from .schedule import Plan
-from .strategies import InfeasiblePlan, plan
+from .engine import Engine
+from .network import Network
+from .params import Parameters
+from .planning import Plan, plan
+from .strategies import InfeasiblePlan
 
 __version__ = "0.1.0"
-__all__ = ["InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Plan", "load_mnist", "memory", "plan",
-           "strategies"]
+__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "load_mnist",
+           "memory", "plan", "strategies"]

@@ -18,10 +18,11 @@ import os
 
 import numpy as np
 
-from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
+from fastckpt.kernels import blas_threads, set_blas_threads
 
 from ._checks import check_eta, check_positive_int
-from .network import Network, check_training, run_epochs
+from .network import Network
+from .training import check_training, run_epochs
 
 
 def mpi_world():
@@ -57,9 +58,9 @@ class MPITrainer:
         if blas_threads() > self.blas_threads:
             set_blas_threads(self.blas_threads)
         self.net = net
-        self.bytes_per_update = 2 * net._flat.nbytes          # one reduce and one broadcast of the gradient
-        self._total = np.empty_like(net._flat) if self.rank == 0 else None
-        self._local = None
+        self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
+        self._total = net.params.new_buffer() if self.rank == 0 else None
+        self._local = net.params.new_buffer()
         self.last_loss = None
 
     def update(self, x, y, eta):
@@ -73,23 +74,16 @@ class MPITrainer:
         summed locally, in order, before the reduce.
         """
         eta = check_eta(eta)
-        net = self.net
-        if self._local is None:
-            self._local = np.zeros_like(net._flat)
-        local = self._local
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            net._gradients(x, y, "x", "y")
-            grads = net._grad_buffers()[2]
-            if k == 0:
-                local[...] = 0.0
-            accumulate(local, grads, net._blocks)
-        self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
-        if self.rank == 0:
-            local[...] = self._total
-        self.comm.Bcast(local, root=0)
-        self.last_loss = net.last_loss                         # this rank's last minibatch (no extra round trip)
-        if not sgd_step(net._flat, local, eta / (self.ranks * len(xs)), net._blocks):
-            raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
+        net, local = self.net, self._local
+        with net.params.lock:
+            for k, (x, y) in enumerate(zip(xs, ys)):
+                engine = net.engine(np.shape(x)[0])
+                self.last_loss = engine.gradients(net.params, x, y, out=local, add=k > 0)   # this rank's last
+            self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
+            if self.rank == 0:
+                local[...] = self._total
+            self.comm.Bcast(local, root=0)
+            net.params.update(local, eta / (self.ranks * len(xs)))
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True):

@@ -1,25 +1,21 @@
 """Drop-in replacements for the lab's ``Network`` and ``NetworkWithCheckpointing``."""
-import os
-import time
-import warnings
+import copy
 
 import numpy as np
-import psutil
 
-from fastckpt.kernels import dense_forward, dense_forward_log_softmax, sgd_step
-
-from ._checks import as_batch, check_dtype, check_eta, check_finite, check_positive_int, check_sizes
-from .engine import Engine
-from .schedule import param_blocks, param_layout
-from .strategies import EveryNth, Plain, parse_strategy
-from .strategies import plan as make_plan
+from ._checks import as_batch, check_dtype, check_eta, check_finite, check_sizes
+from .engine import Engine, forward
+from .params import Parameters
+from .planning import plan as make_plan
+from .strategies import Plain
+from .training import batch_starts, check_training, run_epochs
 
 _EVAL_CHUNK = 4096  # rows per forward pass in evaluate()
 _DRAW_CHUNK = 32768  # normals drawn per call at initialisation (same stream as one big draw)
 
 
 class Network:
-    """A fully connected sigmoid network trained by SGD on the quadratic loss.
+    """A fully connected sigmoid network trained by SGD, as the lab's ``Network``.
 
     Parameters
     ----------
@@ -30,21 +26,48 @@ class Network:
         float64 exactly as the lab does (biases, then weights, with
         ``np.random.randn``), so the same ``np.random.seed`` gives the same
         starting network, then cast.
+    optimizer_in_backward : bool, optional
+        Apply each layer's SGD update as soon as its gradient is final
+        (default False): no gradient buffers, so less memory.  An update that
+        would go NaN or inf is then caught at its layer, after the layers
+        above it were updated; the default mode refuses it whole.
+    loss : {"quadratic", "cross_entropy"}, optional
+        ``"quadratic"`` (default, the lab's): sigmoid output and
+        ``0.5 * ||a - y||^2``.  ``"cross_entropy"``: softmax output and
+        ``-sum(y * log p)``; ``feedforward`` then gives probabilities.
+    l2 : float or sequence of float, optional
+        L2 weight penalty ``0.5 * l2 * ||W||^2``, one number for every layer or
+        one per layer (default 0).  Biases carry none.
 
     Attributes
     ----------
     num_layers, sizes : int, list of int
-    biases : list of numpy.ndarray
-        ``biases[i]`` has shape (sizes[i+1], 1).
-    weights : list of numpy.ndarray
-        ``weights[i]`` has shape (sizes[i+1], sizes[i]).  Training updates
-        weights and biases in place; they are views of one flat buffer, and
-        arrays assigned to them are copied into it.
+    weights : sequence of numpy.ndarray
+        ``weights[i]`` has shape (sizes[i+1], sizes[i]).  Each is a view of the
+        net's parameters (:attr:`params`): changing it in place changes the
+        net, and ``net.weights[i] = value`` copies ``value`` in after checking
+        its shape and that it is finite.  A swap ``w[0], w[1] = w[1], w[0]``
+        exchanges the values.
+    biases : sequence of numpy.ndarray
+        ``biases[i]`` has shape (sizes[i+1], 1); the same rules.
+    params : Parameters
+        The one owner of the weights and biases (:mod:`fastckpt.params`).
+
+    Notes
+    -----
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give an independent net
+    that trains exactly as the original would.  One net may be used from
+    several threads: each call that reads or writes its parameters
+    (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, ...)
+    holds its lock, so concurrent calls run one after the other, with the
+    result of some sequential order.
     """
 
-    def __init__(self, sizes, *, dtype=np.float64, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+    strategy = Plain()
+
+    def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
         sizes = check_sizes(sizes)
-        self.dtype = check_dtype(dtype)
+        dtype = check_dtype(dtype)
         if loss not in ("quadratic", "cross_entropy"):
             raise ValueError(f"loss must be 'quadratic' (sigmoid output) or 'cross_entropy' (softmax output), "
                              f"got {loss!r}")
@@ -55,158 +78,116 @@ class Network:
         self.optimizer_in_backward = bool(optimizer_in_backward)
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
-        self._flat, self._weight_views, self._bias_views = self._flat_buffer()
-        self._blocks = param_blocks(self.sizes, self.dtype.itemsize)   # what SGD updates: no padding
-        for view in self._bias_views + self._weight_views:     # the lab's draw order
+        self.params = Parameters(sizes, dtype)
+        weights, biases = self.params.layers()
+        for view in biases + weights:                                  # the lab's draw order
             _draw_normal(view.reshape(-1))
-        self.biases = list(self._bias_views)
-        self.weights = list(self._weight_views)
         self._engine = None
-        self._grads = None
-        self._param_key = None
         self.last_loss = None
 
-    def _flat_buffer(self):
-        """A zeroed flat buffer and its (n_out, n_in) and (n_out, 1) per-layer views."""
-        offsets, total = param_layout(self.sizes, self.dtype.itemsize)
-        flat = np.zeros(total, dtype=self.dtype)
-        w, b = [], []
-        for (w_at, b_at), n_in, n_out in zip(offsets, self.sizes[:-1], self.sizes[1:]):
-            w.append(flat[w_at:w_at + n_out * n_in].reshape(n_out, n_in))
-            b.append(flat[b_at:b_at + n_out].reshape(n_out, 1))
-        return flat, w, b
+    @property
+    def dtype(self):
+        return self.params.dtype
+
+    @property
+    def weights(self):
+        return self.params.weights
+
+    @weights.setter
+    def weights(self, values):
+        self.params.assign_all("weights", values)
+
+    @property
+    def biases(self):
+        return self.params.biases
+
+    @biases.setter
+    def biases(self, values):
+        self.params.assign_all("biases", values)
+
+    # -- copying ----------------------------------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_engine"] = None                           # a workspace is rebuilt on first use
+        return state
+
+    def __copy__(self):
+        return copy.deepcopy(self)
 
     # -- the schedule -----------------------------------------------------------------------
-    strategy = Plain()
+    def plan(self, batch_size, *, optimizer_in_backward=None):
+        """The :class:`~fastckpt.planning.Plan` a training step of ``batch_size`` samples follows."""
+        fused = self.optimizer_in_backward if optimizer_in_backward is None else optimizer_in_backward
+        return make_plan(self.sizes, batch_size, self.dtype, self.strategy, optimizer_in_backward=fused)
 
-    def plan(self, batch_size):
-        """The :class:`~fastckpt.schedule.Plan` a training step of ``batch_size`` samples follows."""
-        return make_plan(self.sizes, batch_size, self.dtype, self.strategy,
-                         optimizer_in_backward=self.optimizer_in_backward)
+    def engine(self, batch_size):
+        """The net's own :class:`~fastckpt.engine.Engine`, planned for at least ``batch_size`` samples.
 
-    def _engine_for(self, batch):
-        if self._engine is None or self._engine.plan.batch_size < batch:
-            self._engine = None                      # free the old workspace first
-            self._engine = Engine(self.plan(batch), self.loss, self.l2)
-        return self._engine
-
-    # -- parameters -------------------------------------------------------------------------
-    def _params(self):
-        """Weights (2-D) and biases (1-D) as views of the flat buffer, re-synced when replaced."""
-        key = (id(self.weights), id(self.biases), *map(id, self.weights), *map(id, self.biases))
-        if key != self._param_key:
-            n = self.num_layers - 1
-            if len(self.weights) != n or len(self.biases) != n:
-                raise ValueError(f"weights and biases must hold {n} arrays each, "
-                                 f"got {len(self.weights)} and {len(self.biases)}")
-            new_w = [self._param(w, view, f"weights[{i}]") for i, (w, view) in
-                     enumerate(zip(self.weights, self._weight_views))]
-            new_b = [self._param(b, view, f"biases[{i}]") for i, (b, view) in
-                     enumerate(zip(self.biases, self._bias_views))]
-            for view, value in zip(self._weight_views + self._bias_views, new_w + new_b):
-                if value is not view:
-                    view[...] = value
-            self.weights = list(self._weight_views)
-            self.biases = list(self._bias_views)
-            self._param_key = (id(self.weights), id(self.biases), *map(id, self.weights), *map(id, self.biases))
-            self._bias_rows = [b.reshape(-1) for b in self._bias_views]
-        return self._weight_views, self._bias_rows
-
-    def _param(self, value, view, name):
-        """``value`` checked against the shape of ``view`` (the view itself if unchanged)."""
-        if value is view:
-            return view
-        arr = np.asarray(value)
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-        if arr.shape != view.shape and arr.ndim == 1 and view.shape[1] == 1:
-            arr = arr.reshape(-1, 1)
-        if arr.shape != view.shape:
-            raise ValueError(f"{name} must have shape {view.shape}, got {arr.shape}")
-        check_finite(np.ascontiguousarray(arr), name)
-        return arr
-
-    def _grad_buffers(self):
-        """Gradient views (per-layer weights, flat biases) and the flat gradient buffer.
-
-        Training keeps them at the top of the engine's workspace (NOTE [ Gradients in
-        the arena ]); with the optimizer in backward the plan has none, and backprop
-        gets a buffer of its own.
+        Made on first need and again when a larger batch comes; a smaller batch
+        uses the leading rows of its workspace.
         """
-        if not self.optimizer_in_backward and self._engine is not None:
-            flat, w, b = self._engine.workspace.gradients()
-            return w, b, flat
-        if self._grads is None:
-            flat, w, b = self._flat_buffer()
-            self._grads = (w, [v.reshape(-1) for v in b], flat)
-        return self._grads
-
-    # -- training ---------------------------------------------------------------------------
-    def _batch(self, x, y, x_name, y_name, engine=None):
-        """The engine for this batch size (or the one given) and x, y checked, in its dtype and layout."""
-        xb = as_batch(x, self.sizes[0], x_name, "input")
-        yb = as_batch(y, self.sizes[-1], y_name, "output")
-        if xb.shape[0] != yb.shape[0]:
-            raise ValueError(f"{x_name} has {xb.shape[0]} samples but {y_name} has {yb.shape[0]}")
-        engine = self._engine_for(xb.shape[0]) if engine is None else engine
-        out = []
-        for arr, name in ((xb, x_name), (yb, y_name)):
-            if arr.dtype != self.dtype or not arr.flags.c_contiguous:
-                stage = engine.workspace.stage(name, arr.shape[0], arr.shape[1])
-                with np.errstate(over="ignore"):         # overflow to inf is reported below
-                    np.copyto(stage, arr, casting="unsafe")
-                arr = stage
-            check_finite(arr, name)
-            out.append(arr)
-        return engine, out[0], out[1]
-
-    def _gradients(self, x, y, x_name, y_name):
-        engine, xb, yb = self._batch(x, y, x_name, y_name)
-        w2, b1 = self._params()
-        gw, gb, _ = self._grad_buffers()
-        self.last_loss = engine.step(xb, yb, w2, b1, gw, gb)
+        engine = self._engine
+        if engine is None or engine.plan.batch_size < batch_size:
+            self._engine = None                                # free the old workspace first
+            self._engine = engine = Engine(self.plan(batch_size), self.loss, self.l2)
         return engine
 
+    def _engine_for(self, x, name):
+        return self.engine(as_batch(x, self.sizes[0], name, "input").shape[0])
+
+    # -- training ---------------------------------------------------------------------------
     def backprop(self, x_batch, y_batch):
-        """Batch-mean gradients ``(nabla_b, nabla_w)`` in the lab's shapes.
+        """Batch-mean gradients ``(nabla_b, nabla_w)`` in the lab's shapes (fresh arrays).
 
         ``x_batch`` is (batch, n_in) or the lab's (batch, n_in, 1); ``y_batch`` likewise.
         """
-        self._gradients(x_batch, y_batch, "x_batch", "y_batch")
-        gw, gb, _ = self._grad_buffers()
-        return [b.reshape(-1, 1).copy() for b in gb], [w.copy() for w in gw]
+        names = ("x_batch", "y_batch")
+        with self.params.lock:
+            engine = self._engine_for(x_batch, names[0])
+            self.last_loss = engine.gradients(self.params, x_batch, y_batch, names=names)
+            gw, gb = engine.grad_layers()
+            return [b.reshape(-1, 1).copy() for b in gb], [w.copy() for w in gw]
 
     def update_mini_batch(self, x_mini_batch, y_mini_batch, eta):
-        """One SGD step on the batch-mean gradient; parameters are updated in place."""
+        """One SGD step on the batch-mean gradient; parameters are updated in place.
+
+        An update that would make a parameter NaN or inf raises
+        FloatingPointError and leaves the parameters as they were.
+        """
         eta = check_eta(eta)
-        if self.optimizer_in_backward:
-            engine, xb, yb = self._batch(x_mini_batch, y_mini_batch, "x_mini_batch", "y_mini_batch")
-            w2, b1 = self._params()
-            self.last_loss = engine.step(xb, yb, w2, b1, eta=eta)
-            return
-        self._gradients(x_mini_batch, y_mini_batch, "x_mini_batch", "y_mini_batch")
-        if not sgd_step(self._flat, self._grad_buffers()[2], eta, self._blocks):
-            raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
+        names = ("x_mini_batch", "y_mini_batch")
+        with self.params.lock:
+            engine = self._engine_for(x_mini_batch, names[0])
+            self.last_loss = engine.sgd(self.params, x_mini_batch, y_mini_batch, eta, names=names)
 
     def cost_derivative(self, output_activations, y):
         return output_activations - y
 
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
+            drop_last=True, verbose=True, progress=None):
+        """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
+
+        ``memusage`` is the process RSS (bytes) before each update and
+        ``updatetime`` its duration (s), as in the lab.  Like the lab,
+        ``drop_last=True`` skips the samples after the last full mini-batch (with
+        a warning saying how many); ``drop_last=False`` trains on them too.
+        The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
+        is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
+        every update.
+        """
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(
+            self, training_data, epochs, mini_batch_size, eta)
+        starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+
+        def update(group):
+            s = group[0]
+            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress)
+
     # -- inference --------------------------------------------------------------------------
     def _forward(self, a, start, end):
-        """[a, a[start+1], ..., a[end]] for a (batch, sizes[start]) array, fresh arrays."""
-        w2, b1 = self._params()
-        scratch = np.empty(max(self.sizes[1:]), dtype=np.float64)
-        outs = [a]
-        for layer in range(start, end):
-            out = np.empty((a.shape[0], self.sizes[layer + 1]), dtype=self.dtype)
-            if self.loss == "cross_entropy" and layer == self.num_layers - 2:
-                dense_forward_log_softmax(a, w2[layer], b1[layer], scratch, out)
-                np.exp(out, out=out)                             # probabilities for the caller
-            else:
-                dense_forward(a, w2[layer], b1[layer], scratch, out)
-            outs.append(out)
-            a = out
-        return outs
+        with self.params.lock:
+            return forward(self.params, self.loss == "cross_entropy", a, start, end)
 
     def _as_input(self, a, width, name):
         """(batch, width) contiguous array in the network's dtype, and how to shape results."""
@@ -260,142 +241,6 @@ class Network:
             hits += int(np.count_nonzero(out.argmax(axis=1) == y[i:i + _EVAL_CHUNK]))
         return hits / x.shape[0]
 
-    # -- the lab's training loop ------------------------------------------------------------
-    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True, progress=None):
-        """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
-
-        ``memusage`` is the process RSS (bytes) before each update and
-        ``updatetime`` its duration (s), as in the lab.  Like the lab,
-        ``drop_last=True`` skips the samples after the last full mini-batch (with
-        a warning saying how many); ``drop_last=False`` trains on them too.
-        The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
-        is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
-        every update.
-        """
-        x_train, y_train, epochs, mini_batch_size, eta = check_training(
-            self, training_data, epochs, mini_batch_size, eta)
-        n = len(x_train)
-        starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
-        if not drop_last and n % mini_batch_size:
-            starts.append(starts[-1] + mini_batch_size)
-        elif n % mini_batch_size:
-            warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a "
-                          f"mini-batch of {mini_batch_size} and are skipped every epoch, as in the lab; "
-                          "pass drop_last=False to train on them", stacklevel=2)
-
-        def update(group):
-            s = group[0]
-            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
-        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress)
-
-
-class NetworkWithCheckpointing(Network):
-    """A :class:`Network` whose backprop keeps only some activations and recomputes the rest.
-
-    Parameters
-    ----------
-    sizes : sequence of int
-        Units per layer, input first.
-    checkpoint_every_nth_layer : int, optional
-        The lab's rule (default 2): keep the inputs of layers 0, n, 2n, ...
-        after the forward pass and recompute every other activation at most
-        once during backprop.  1 is plain backprop.  Same as
-        ``strategy="every_nth(n)"``.
-    strategy : Strategy or str, optional
-        Any strategy of :func:`fastckpt.plan` instead: ``"sqrt"``,
-        ``"segments(8)"``, ``"revolve(4)"``, ``"budget(24MiB)"``, ...
-        Give this or ``checkpoint_every_nth_layer``, not both.
-    dtype : {numpy.float64, numpy.float32}, optional
-    optimizer_in_backward : bool, optional
-        See :class:`Network`.
-    """
-
-    def __init__(self, sizes, checkpoint_every_nth_layer=None, *args, strategy=None, **kwargs):
-        super().__init__(sizes, *args, **kwargs)
-        if strategy is not None and checkpoint_every_nth_layer is not None:
-            raise ValueError(f"give checkpoint_every_nth_layer or strategy, not both; got "
-                             f"{checkpoint_every_nth_layer!r} and {strategy!r}")
-        if strategy is None:
-            n = 2 if checkpoint_every_nth_layer is None else checkpoint_every_nth_layer
-            strategy = EveryNth(check_positive_int(n, "checkpoint_every_nth_layer"))
-        self.strategy = parse_strategy(strategy)
-        self.strategy.tree(self.sizes, 1, self.dtype.itemsize)      # refuse e.g. segments(k > L) now
-        self.checkpoint_every_nth_layer = getattr(self.strategy, "n", None)
-
-    @property
-    def checkpoints_layer_idx(self):
-        """Layers whose input is kept after the forward pass: the lab's 0, n, 2n, ... for
-        ``every_nth(n)``; for other strategies, those of the plan in use (batch 1 before any step)."""
-        if isinstance(self.strategy, EveryNth):
-            return list(range(0, self.num_layers - 1, self.strategy.n))
-        plan = self._engine.plan if self._engine is not None else self.plan(1)
-        return [j for j in plan.kept if j < self.num_layers - 1]
-
-    def forward_between_checkpoints(self, a, layer_idx_start, layer_idx_end):
-        """Activations ``[a, a[start+1], ..., a[end]]`` from ``a``, the input of layer ``start``.
-
-        ``a`` may be a batch (batch, n) or (batch, n, 1), or one (n, 1) column;
-        results have the same layout.  Uses the same kernel as backprop, so the
-        values are bit-identical to the ones training computes.
-        """
-        n = self.num_layers - 1
-        start = check_positive_int(layer_idx_start, "layer_idx_start", minimum=0)
-        end = check_positive_int(layer_idx_end, "layer_idx_end", minimum=0)
-        if not start <= end <= n:
-            raise ValueError(f"need 0 <= layer_idx_start <= layer_idx_end <= {n}, got {start} and {end}")
-        arr, layout = self._as_input(a, self.sizes[start], "a")
-        outs = self._forward(arr, start, end)
-        return [a] + [self._shape_like(o, layout) for o in outs[1:]]
-
-
-def check_training(net, training_data, epochs, mini_batch_size, eta):
-    """The lab loop's arguments checked: (x, y, epochs, mini_batch_size, eta)."""
-    x_train, y_train = _pair(training_data, "training_data")
-    epochs = check_positive_int(epochs, "epochs", minimum=0)
-    mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
-    eta = check_eta(eta)
-    as_batch(x_train, net.sizes[0], "training_data[0]", "input")
-    as_batch(y_train, net.sizes[-1], "training_data[1]", "output")
-    n = len(x_train)
-    if len(y_train) != n:
-        raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
-    if mini_batch_size > n:
-        raise ValueError(f"mini_batch_size must be <= the {n} training samples, got {mini_batch_size}")
-    return x_train, y_train, epochs, mini_batch_size, eta
-
-
-def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None):
-    """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
-
-    Records the process RSS before each update and its duration, evaluates and
-    prints per epoch as the lab does; returns (memusage, updatetime).
-    """
-    if test_data is not None:
-        x_test, y_test = _pair(test_data, "test_data")
-    process = psutil.Process(os.getpid())
-    memusage, updatetime = [], []
-    net.accuracies = []
-    for j in range(epochs):
-        for i, group in enumerate(groups):
-            t0 = time.perf_counter()
-            memusage.append(process.memory_info().rss)
-            try:
-                update(group)
-            except FloatingPointError as exc:
-                raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
-            updatetime.append(time.perf_counter() - t0)
-            if progress is not None:
-                progress(j, i + 1, len(groups))
-        if test_data is not None:
-            acc = net.evaluate(x_test, y_test)
-            net.accuracies.append(acc)
-            if verbose:
-                print("Epoch: {0}, Accuracy: {1}".format(j, acc), flush=True)
-        elif verbose:
-            print("Epoch: {0}".format(j), flush=True)
-    return memusage, updatetime
-
 
 def _check_l2(l2, n_layers):
     """One non-negative finite float per layer."""
@@ -423,9 +268,3 @@ def _draw_normal(out):
         part[...] = np.random.randn(part.shape[0])
 
 
-def _pair(data, name):
-    try:
-        x, y = data
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a pair (x, y), got {type(data).__name__}") from None
-    return x, y

@@ -12,17 +12,16 @@ in worker order.  So the update is the same, bit for bit, whatever the
 threads' timing.  With same-size minibatches it equals one step on their
 concatenation, up to the rounding of that summation order.
 """
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fastckpt.kernels import accumulate, blas_threads, set_blas_threads, sgd_step
+from fastckpt.kernels import blas_threads, set_blas_threads
 
 from ._checks import check_eta, check_positive_int
 from .engine import Engine
-from .network import Network, check_training, run_epochs
-from .strategies import plan as make_plan
+from .network import Network
+from .training import batch_starts, check_training, run_epochs
 
 
 class DataParallel:
@@ -44,7 +43,7 @@ class DataParallel:
         self.threads = check_positive_int(threads, "threads")
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastckpt") if self.threads > 1 else None
         self._engines = {}
-        self._sums = [np.zeros_like(net._flat) for _ in range(self.threads)]
+        self._sums = [net.params.new_buffer() for _ in range(self.threads)]
         self.last_loss = None
 
     def close(self):
@@ -63,8 +62,7 @@ class DataParallel:
         key = (worker, batch)
         if key not in self._engines:
             net = self.net
-            plan = make_plan(net.sizes, batch, net.dtype, net.strategy, optimizer_in_backward=False)
-            self._engines[key] = Engine(plan, net.loss, net.l2)
+            self._engines[key] = Engine(net.plan(batch, optimizer_in_backward=False), net.loss, net.l2)
         return self._engines[key]
 
     def update_mini_batches(self, x_batches, y_batches, eta):
@@ -82,39 +80,36 @@ class DataParallel:
         if len(sizes) != 1:
             raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
         batch = sizes.pop()
-        net = self.net
-        weights, biases = net._params()
-        blocks = net._blocks
+        params = self.net.params
 
         def work(worker):
             total = self._sums[worker]
-            total[...] = 0.0
             losses = []
             for k in range(worker, len(xs), self.threads):
                 engine = self._engine(worker, batch)
-                _, xb, yb = net._batch(xs[k], ys[k], f"x_batches[{k}]", f"y_batches[{k}]", engine)
-                flat, gw, gb = engine.workspace.gradients()
-                losses.append((k, engine.step(xb, yb, weights, biases, gw, gb)))
-                accumulate(total, flat, blocks)
+                loss = engine.gradients(params, xs[k], ys[k], out=total, add=k >= self.threads,
+                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))
+                losses.append((k, loss))
             return losses
 
         threads = blas_threads()
-        if self._pool is not None and threads > 1:
-            set_blas_threads(1)
-        try:
-            if self._pool is None:
-                results = [work(0)]
-            else:
-                results = list(self._pool.map(work, range(min(self.threads, len(xs)))))
-        finally:
+        with params.lock:                                       # the workers only read the parameters
             if self._pool is not None and threads > 1:
-                set_blas_threads(threads)
-        for worker in range(1, len(results)):                   # fixed order: NOTE [ Deterministic reduction ]
-            accumulate(self._sums[0], self._sums[worker], blocks)
-        losses = sorted(loss for part in results for loss in part)
-        self.last_loss = float(np.mean([loss for _, loss in losses]))
-        if not sgd_step(net._flat, self._sums[0], eta / len(xs), blocks):
-            raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
+                set_blas_threads(1)
+            try:
+                if self._pool is None:
+                    results = [work(0)]
+                else:
+                    results = list(self._pool.map(work, range(min(self.threads, len(xs)))))
+            finally:
+                if self._pool is not None and threads > 1:
+                    set_blas_threads(threads)
+            total = self._sums[0]
+            for worker in range(1, len(results)):               # fixed order: NOTE [ Deterministic reduction ]
+                total += self._sums[worker]
+            losses = sorted(loss for part in results for loss in part)
+            self.last_loss = float(np.mean([loss for _, loss in losses]))
+            params.update(total, eta / len(xs))
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True):
@@ -128,11 +123,7 @@ class DataParallel:
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self.net, training_data, epochs, mini_batch_size, eta)
         per_update = check_positive_int(parallel_batches or self.threads, "parallel_batches")
-        n = len(x_train)
-        if n % mini_batch_size:
-            warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a mini-batch "
-                          f"of {mini_batch_size} and are skipped every epoch, as in the lab", stacklevel=2)
-        starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
+        starts = batch_starts(len(x_train), mini_batch_size, hint=False)
         groups = [starts[i:i + per_update] for i in range(0, len(starts), per_update)]
 
         def update(group):

@@ -16,7 +16,9 @@ import numpy as np
 import psutil
 
 from . import memory
-from .network import Network, NetworkWithCheckpointing
+from .checkpointing import NetworkWithCheckpointing
+from .network import Network
+from .plots import figure, plot_depth, save
 
 MiB = 2**20
 MEMRAY_STEPS = 5  # training steps in the memray-measured build-and-train
@@ -121,7 +123,7 @@ def run_one(spec):
             fresh.update_mini_batch(xb, yb, eta)
     peak = memory.memray_peak(build_and_train)
     plan = net.plan(batch_size)
-    return {"name": spec["strategy"], "strategy": plan.strategy, "accuracies": accuracies,
+    return {"name": spec["strategy"], "strategy": str(plan.strategy), "accuracies": accuracies,
             "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
             "memray_peak_bytes": int(peak), "predicted_bytes": int(plan.bytes()["total"]),
             "recompute_factor": plan.recompute_factor, "extra_flop_fraction": plan.extra_flop_fraction,
@@ -183,25 +185,25 @@ def write_report(out, results, setup):
     os.makedirs(out, exist_ok=True)
     title = f"{setup['sizes']}, batch {setup['batch_size']}, {setup['dtype']}"
     paths = {}
-    fig, ax = memory.figure()
+    fig, ax = figure()
     for r in results:
         rss = np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]
         ax.plot(rss / MiB, lw=1, label=f"{r['name']} (a step's own peak: {r['memray_peak_bytes'] / MiB:.3f} MiB, "
                                        "memray)")
-    paths["memory"] = memory.save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
+    paths["memory"] = save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
                                   "process RSS before the update,\nabove its value before the net was built (MiB)",
                                   f"Memory usage per weight update\n{title}")
-    fig, ax = memory.figure()
+    fig, ax = figure()
     for r in results:
         ax.plot(np.cumsum(r["update_seconds"]), label=f"{r['name']} ({r['ms_per_update']:.3f} ms/update)")
-    paths["time"] = memory.save(fig, ax, os.path.join(out, "cumulative_update_time.png"), "weight update",
+    paths["time"] = save(fig, ax, os.path.join(out, "cumulative_update_time.png"), "weight update",
                                 "cumulative update time (s)", f"Cumulative update time\n{title}")
     sizes = setup["sizes"]
     width = max(sizes[1:-1]) if len(sizes) > 2 else sizes[0]
     rows = memory.depth_table([1, 2, 4, 8, 16, 32], width=width, n_in=sizes[0], n_out=sizes[-1],
                               batch_size=setup["batch_size"], dtype=setup["dtype"],
                               strategies=["plain"] + [r["strategy"] for r in results[1:]])
-    paths["depth"] = memory.plot_depth(rows, os.path.join(out, "memory_vs_depth.png"),
+    paths["depth"] = plot_depth(rows, os.path.join(out, "memory_vs_depth.png"),
                                        title=f"[{sizes[0]}] + [{width}]*H + [{sizes[-1]}], batch "
                                              f"{setup['batch_size']}, {setup['dtype']} (planner)")
     paths["summary"] = os.path.join(out, "summary.md")

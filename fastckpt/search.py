@@ -1,4 +1,4 @@
-"""Dynamic programs over schedule trees (see :mod:`fastckpt.schedule`).
+"""Dynamic programs over schedule trees (see :mod:`fastckpt.trees`).
 
 .. math::
 
@@ -21,7 +21,7 @@ from array import array
 
 import numpy as np
 
-from .schedule import keep_all
+from .trees import keep_all
 
 
 def region_table(w):

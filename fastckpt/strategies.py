@@ -3,15 +3,16 @@
 ``plain``, ``every_nth(n)``, ``segments(k)`` and ``sqrt`` keep a set of
 checkpoints and recompute each segment between them at most once.
 ``revolve(slots)`` and ``budget(bytes)`` search the schedule trees of
-:mod:`fastckpt.schedule` by dynamic programming (:mod:`fastckpt.search`).
+:mod:`fastckpt.trees` by dynamic programming (:mod:`fastckpt.search`).
 """
 import math
 import re
 
 import numpy as np
 
-from .schedule import delta_elems, forward_flops, keep_all, spine, state_bytes
+from .costs import delta_elems, describe_sizes, forward_flops, state_bytes
 from .search import multi_front, once_front, revolve_tree
+from .trees import keep_all, spine
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30}
@@ -22,6 +23,9 @@ class Strategy:
 
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
+
+    def check(self, sizes):
+        """Refuse a net this strategy cannot apply to, whatever the batch size (cheap: no search)."""
 
     def __repr__(self):
         return str(self)
@@ -63,11 +67,15 @@ class Segments(Strategy):
     def __init__(self, k):
         self.k = _positive(k, "segments(k)", "k")
 
-    def tree(self, sizes, batch_size, itemsize):
+    def check(self, sizes):
         n_layers = len(sizes) - 1
         if self.k > n_layers:
             raise ValueError(f"segments(k): k must be <= the {n_layers} layers of {list(sizes)}, "
                              f"got {self.k}")
+
+    def tree(self, sizes, batch_size, itemsize):
+        self.check(sizes)
+        n_layers = len(sizes) - 1
         return spine(balanced_checkpoints(n_layers, self.k), n_layers)
 
     def __str__(self):
@@ -157,19 +165,6 @@ def _positive(value, where, name):
     return int(value)
 
 
-def describe_sizes(sizes):
-    """``[784] + [256]*64 + [10]`` for long runs of equal widths, else the plain list."""
-    runs = []
-    for size in sizes:
-        if runs and runs[-1][0] == size:
-            runs[-1][1] += 1
-        else:
-            runs.append([size, 1])
-    if all(n < 4 for _, n in runs):
-        return str(list(sizes))
-    return " + ".join(f"[{size}]*{n}" if n > 1 else f"[{size}]" for size, n in runs)
-
-
 def balanced_checkpoints(n_layers, k):
     """Starts of ``k`` segments over ``n_layers`` layers whose lengths differ by at most one."""
     base, extra = divmod(n_layers, k)
@@ -224,43 +219,3 @@ def parse_strategy(spec):
         return Budget(args[0], *args[1:])
     raise ValueError(f"unknown strategy {spec!r}; use plain, every_nth(n), segments(k), sqrt, "
                      "revolve(slots) or budget(bytes[, once])")
-
-
-def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
-         blas_threads=None):
-    """The :class:`~fastckpt.schedule.Plan` of one training step, before any work.
-
-    Parameters
-    ----------
-    sizes : sequence of int
-        Units per layer, input first.
-    batch_size : int
-        Samples per step; buffers are sized for it.
-    dtype : {numpy.float64, numpy.float32}, optional
-    strategy : Strategy or str, optional
-        ``"plain"``, ``"every_nth(n)"``, ``"segments(k)"``, ``"sqrt"``,
-        ``"revolve(slots)"``, ``"budget(bytes)"`` or ``"budget(bytes, once)"``,
-        or the objects of the same names in :mod:`fastckpt.strategies`.
-    optimizer_in_backward : bool, optional
-        Plan for SGD applied inside the backward pass (no gradient buffers).
-    blas_threads : int, optional
-        BLAS threads to plan for; default: what numpy's OpenBLAS uses now.
-
-    Raises
-    ------
-    InfeasiblePlan
-        When a ``budget`` is below the least any schedule needs; the message
-        and ``minimum_bytes`` give that least.
-    """
-    from fastckpt.kernels import blas_threads as current_threads
-
-    from ._checks import check_dtype, check_positive_int, check_sizes
-    from .schedule import compile_plan
-    sizes = check_sizes(sizes)
-    batch_size = check_positive_int(batch_size, "batch_size")
-    dtype = check_dtype(dtype)
-    strategy = parse_strategy(strategy)
-    threads = current_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
-    tree = strategy.tree(sizes, batch_size, dtype.itemsize)
-    return compile_plan(sizes, batch_size, dtype, tree, str(strategy),
-                        optimizer_in_backward=optimizer_in_backward, blas_threads=threads)

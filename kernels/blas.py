@@ -10,6 +10,13 @@ ctypes pointer baked into the code would not be).  Integer arguments are
 declared 64-bit: on x86-64 and aarch64 an LP64 (32-bit int) BLAS reads the low
 half of the same register or 8-byte stack slot, so one declaration serves both
 ILP64 and LP64 builds.
+
+NOTE [ No JIT ]
+With ``NUMBA_DISABLE_JIT=1`` the kernels run as plain Python, and an
+``ExternalFunction`` called from Python does nothing at all.  So in that
+mode ``cblas_dgemm`` and ``cblas_sgemm`` are Python functions that call the
+same BLAS symbol through ctypes, with the same arguments: the numbers are
+those of the compiled kernels, bit for bit.
 """
 import ctypes
 import glob
@@ -17,7 +24,7 @@ import os
 
 import llvmlite.binding as llvm
 import numpy as np
-from numba import types
+from numba import config, types
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
@@ -71,6 +78,24 @@ cblas_dgemm = types.ExternalFunction("fastckpt_cblas_dgemm", types.void(
 cblas_sgemm = types.ExternalFunction("fastckpt_cblas_sgemm", types.void(
     types.int32, types.int32, types.int32, _I, _I, _I,
     types.float32, _P, _I, _P, _I, types.float32, _P, _I))
+
+
+
+def _python_gemm(func, real):
+    """A Python callable with ``cblas_?gemm``'s arguments that calls ``func`` through ctypes."""
+    func.restype = None
+    func.argtypes = [ctypes.c_int32] * 3 + [ctypes.c_int64] * 3 + [real, ctypes.c_void_p, ctypes.c_int64,
+                                                                     ctypes.c_void_p, ctypes.c_int64, real,
+                                                                     ctypes.c_void_p, ctypes.c_int64]
+
+    def gemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        func(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+    return gemm
+
+
+if config.DISABLE_JIT:                                 # NOTE [ No JIT ]
+    cblas_dgemm = _python_gemm(_dgemm, ctypes.c_double)
+    cblas_sgemm = _python_gemm(_sgemm, ctypes.c_float)
 
 if _set_threads is not None:
     _set_threads.argtypes, _set_threads.restype = [ctypes.c_int64], None

@@ -5,8 +5,15 @@ reductions are associative, so LLVM vectorizes them without ``fastmath``.
 """
 import numpy as np
 
-from ._jit import kernel
+from ._jit import inline, kernel
 from .activations import smallest_normal
+
+
+@inline
+def stored(v, like):
+    """``v`` rounded to the dtype of the array ``like`` (float32 or float64), as a float64: an update
+    that overflows float32 is inf here, though finite in the float64 it was computed in."""
+    return np.float64(np.float32(v)) if like.itemsize == 4 else v
 
 
 @kernel
@@ -57,14 +64,14 @@ def all_finite(x):
 @kernel
 def sgd_step(p, g, eta, blocks):
     """``p -= eta * g`` over the index ranges ``blocks`` (k, 2) of the 1-D arrays, unless a
-    result would be NaN or inf: then nothing changes.  Returns True when applied.
+    result would be NaN or inf in ``p``'s dtype: then nothing changes.  Returns True when applied.
 
     Only the blocks are read: gaps between them (alignment padding) may hold anything.
     """
     bad = 0
     for k in range(blocks.shape[0]):
         for i in range(blocks[k, 0], blocks[k, 1]):
-            v = p[i] - eta * g[i]
+            v = stored(p[i] - eta * g[i], p)
             bad |= np.int64((v - v) != 0.0)
     if bad != 0:
         return False

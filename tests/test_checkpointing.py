@@ -39,11 +39,11 @@ def test_bit_identical_to_plain_and_follows_the_rule(rng, sizes, n):
     n_layers = len(sizes) - 1
     checkpoints, counts, kept = _expected(n_layers, n)
     assert ckpt.checkpoints_layer_idx == checkpoints
-    assert ckpt._engine.forward_counts == counts
+    assert ckpt.engine(1).forward_counts == counts
     assert max(counts) <= 2
     assert ckpt.plan(9).kept == kept
     assert list(ckpt.plan(9).forward_counts) == counts
-    assert plain._engine.forward_counts == [1] * n_layers
+    assert plain.engine(1).forward_counts == [1] * n_layers
     # the whole training step too: identical weights after a few updates
     for _ in range(3):
         plain.update_mini_batch(x, y, 0.5)
@@ -54,9 +54,9 @@ def test_bit_identical_to_plain_and_follows_the_rule(rng, sizes, n):
 
 def test_recompute_happens_during_backprop_and_segments_walk_down(rng):
     ckpt = NetworkWithCheckpointing([4] * 8, checkpoint_every_nth_layer=3)
-    ckpt._engine_for(2).trace = []
+    ckpt.engine(2).trace = []
     ckpt.backprop(rng.random((2, 4)), rng.random((2, 4)))
-    trace = ckpt._engine.trace
+    trace = ckpt.engine(2).trace
     assert trace[:7] == [("fwd", layer) for layer in range(7)]
     # checkpoints 0, 3, 6: last segment [6, 7) kept, then [3, 6) and [0, 3) recomputed
     assert trace[7:] == [("loss", 7), ("bwd", 6),

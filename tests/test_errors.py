@@ -98,14 +98,23 @@ def test_bad_sgd_arguments():
         net.SGD((x, y[:9]), 1, 2, 0.1)
 
 
-def test_bad_assigned_parameters():
+def test_bad_assigned_parameters_are_refused_at_once_and_change_nothing():
     net = Network([4, 3, 2])
-    net.weights[1] = np.zeros((3, 2))
+    before = [a.copy() for a in net.weights + net.biases]
     with pytest.raises(ValueError, match=r"weights\[1\] must have shape \(2, 3\), got \(3, 2\)"):
-        net.backprop(np.zeros((1, 4)), np.zeros((1, 2)))
-    net.weights[1] = np.full((2, 3), np.nan)
-    with pytest.raises(ValueError, match=r"weights\[1\] contains NaN or inf"):
-        net.backprop(np.zeros((1, 4)), np.zeros((1, 2)))
+        net.weights[1] = np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"weights\[1\] \(as float64\) contains NaN or inf"):
+        net.weights[1] = np.full((2, 3), np.nan)
+    with pytest.raises(TypeError, match=r"biases\[0\] must hold real numbers"):
+        net.biases[0] = ["a", "b", "c"]
+    with pytest.raises(ValueError, match=r"weights must hold 2 arrays \(one per layer\), got 1"):
+        net.weights = [np.zeros((3, 4))]
+    with pytest.raises(ValueError, match=r"weights\[1\] must have shape"):       # all checked before any written
+        net.weights = [np.zeros((3, 4)), np.zeros((3, 2))]
+    with pytest.raises(IndexError, match=r"weights\[2\] out of range: the net has 2 layers"):
+        net.weights[2] = np.zeros((2, 3))
+    for a, b in zip(before, net.weights + net.biases):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_bad_forward_between_checkpoints_indices():

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-import fastckpt.parallel as parallel
+import fastckpt.engine as engine
 from fastckpt import Network, NetworkWithCheckpointing
 from fastckpt.parallel import DataParallel
 
@@ -38,13 +38,13 @@ def test_the_update_does_not_depend_on_thread_timing(rng, monkeypatch):
     sizes = [30, 20, 10]
     xs, ys = rng.random((6, 16, 30)), rng.random((6, 16, 10))
     results = []
-    real = parallel.accumulate
+    real = engine.accumulate                         # adds a worker's gradients into its sum
     for delay in (0.0, 0.02):
         def slow_first_worker(acc, g, blocks, delay=delay):
             if threading.current_thread().name.endswith("_0"):
                 time.sleep(delay)                        # make the workers finish in another order
             real(acc, g, blocks)
-        monkeypatch.setattr(parallel, "accumulate", slow_first_worker)
+        monkeypatch.setattr(engine, "accumulate", slow_first_worker)
         np.random.seed(0)
         net = Network(sizes)
         with DataParallel(net, threads=2) as dp:

@@ -8,7 +8,7 @@ import pytest
 
 import fastckpt
 from fastckpt import InfeasiblePlan, Network, NetworkWithCheckpointing
-from fastckpt.schedule import forward_flops, param_layout, state_bytes
+from fastckpt.costs import forward_flops, param_layout, state_bytes
 from fastckpt.search import multi_front, once_front, revolve_tree
 from fastckpt.strategies import balanced_checkpoints, parse_strategy
 
@@ -166,9 +166,9 @@ def test_every_strategy_is_bit_identical_to_plain_and_counts_as_planned(rng, siz
     x, y = rng.random((9, sizes[0])), rng.random((9, sizes[-1]))
     for a, b in zip(sum(plain.backprop(x, y), []), sum(ckpt.backprop(x, y), [])):
         np.testing.assert_array_equal(a, b)
-    assert ckpt._engine.forward_counts == list(plan.forward_counts)
+    assert ckpt.engine(1).forward_counts == list(plan.forward_counts)
     trace = []
-    ckpt._engine.trace = trace
+    ckpt.engine(1).trace = trace
     for _ in range(3):
         plain.update_mini_batch(x, y, 0.5)
         ckpt.update_mini_batch(x, y, 0.5)
@@ -189,7 +189,7 @@ def test_optimizer_in_backward_equals_the_separate_update_to_rounding(rng):
             net.update_mini_batch(x, y, 2.0)
     for a, b in zip(nets[0].weights + nets[0].biases, nets[1].weights + nets[1].biases):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
-    assert nets[1]._grads is None                   # no gradient buffers were ever made
+    assert nets[1].engine(30)._grad is None          # no gradient buffers were ever made
     parts = nets[1].plan(30).bytes()
     assert parts["gradients"] == 0 and nets[0].plan(30).bytes()["gradients"] == parts["parameters"]
     # backprop still returns the lab's gradients

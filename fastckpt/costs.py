@@ -1,0 +1,98 @@
+"""Sizes, bytes and FLOPs of a chain of dense layers: the arithmetic every plan is made of.
+
+States ``a[0] .. a[L]`` are batch-major (batch, sizes[j]) arrays; in the
+workspace each starts on a cache line.  Parameters live in one flat buffer in
+the layout of :func:`param_layout`, and gradients in the same layout.
+"""
+import numpy as np
+
+ALIGN_BYTES = 64  # every activation starts on a cache line
+
+# OpenBLAS runs a GEMM on min(threads, m*n*k / 262144) threads (interface/gemm.c), so
+# on two or more from m*n*k >= 524288; each multi-threaded call mallocs and frees a job
+# table, 512 KiB in numpy's build (seen in memray's native traces, and measured at the
+# threshold).  It is part of a step's peak.
+BLAS_JOB_BYTES = 512 * 1024
+BLAS_THREAD_MNK = 2 * 65536 * 4
+
+
+
+def act_bytes(sizes, batch_size, itemsize, j):
+    """Workspace bytes of state ``a[j]`` (j >= 1), rounded up to a cache line."""
+    return -(-batch_size * sizes[j] * itemsize // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def state_bytes(sizes, batch_size, itemsize):
+    """``w[j]`` = workspace bytes of ``a[j]`` for j = 0 .. L (``w[0] = 0``: the input)."""
+    return [0] + [act_bytes(sizes, batch_size, itemsize, j) for j in range(1, len(sizes))]
+
+
+def param_layout(sizes, itemsize):
+    """Offsets (elements) of each layer's weights and bias in one flat buffer, and its length.
+
+    Every block starts on a cache line; the gaps stay zero in parameters and gradients.
+    """
+    align = max(1, ALIGN_BYTES // itemsize)
+    offsets, pos = [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        w_at = pos
+        b_at = -(-(w_at + n_out * n_in) // align) * align
+        pos = -(-(b_at + n_out) // align) * align
+        offsets.append((w_at, b_at))
+    return offsets, pos
+
+
+def param_blocks(sizes, itemsize):
+    """(k, 2) int64 [start, end) element ranges of every weight and bias in the flat layout."""
+    offsets, _ = param_layout(sizes, itemsize)
+    blocks = []
+    for (w_at, b_at), n_in, n_out in zip(offsets, sizes[:-1], sizes[1:]):
+        blocks += [(w_at, w_at + n_out * n_in), (b_at, b_at + n_out)]
+    return np.array(blocks, dtype=np.int64)
+
+
+def forward_flops(sizes, batch_size):
+    """FLOPs of each layer's forward GEMM, as an array of length L."""
+    return np.array([2 * batch_size * i * o for i, o in zip(sizes[:-1], sizes[1:])], dtype=np.float64)
+
+
+def step_flops(sizes, batch_size):
+    """GEMM FLOPs of one plain training step: forward, weight gradients, input deltas."""
+    fwd = forward_flops(sizes, batch_size)
+    return float(2 * fwd.sum() + fwd[1:].sum())
+
+
+def delta_elems(sizes, batch_size):
+    """Elements of the two ping-pong delta buffers (odd and even state indices)."""
+    widths = sizes[1:]
+    odd = max(widths[0::2])
+    even = max(widths[1::2], default=0)
+    return batch_size * (odd + even)
+
+
+def blas_bytes(sizes, batch_size, threads):
+    """Transient bytes OpenBLAS mallocs inside a step's GEMMs (its threaded job table)."""
+    if threads <= 1:
+        return 0
+    threaded = any(batch_size * i * o >= BLAS_THREAD_MNK for i, o in zip(sizes[:-1], sizes[1:]))
+    return BLAS_JOB_BYTES if threaded else 0
+
+
+def grad_bytes(sizes, itemsize):
+    """Bytes of each layer's block (weights then bias) in the flat parameter layout."""
+    offsets, total = param_layout(sizes, itemsize)
+    starts = [w_at for w_at, _ in offsets] + [total]
+    return [(b - a) * itemsize for a, b in zip(starts[:-1], starts[1:])]
+
+
+def describe_sizes(sizes):
+    """``[784] + [256]*64 + [10]`` for long runs of equal widths, else the plain list."""
+    runs = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    if all(n < 4 for _, n in runs):
+        return str(list(sizes))
+    return " + ".join(f"[{size}]*{n}" if n > 1 else f"[{size}]" for size, n in runs)
