@@ -99,11 +99,6 @@ def _find_idx(folder, name):
     raise FileNotFoundError(f"{folder} has no {name}.gz (or {name}); an IDX folder needs all four MNIST files")
 
 
-def read_idx(path):
-    """One IDX file (gzip or not) as a uint8 array."""
-    return _read_idx(path)
-
-
 def _read_idx(path):
     opener = gzip.open if path.endswith(".gz") else open
     try:
