@@ -63,18 +63,44 @@ def test_errors_name_the_file(tmp_path, rng):
     np.savez(tmp_path / "partial.npz", x_train=np.zeros((1, 28, 28)))
     with pytest.raises(ValueError, match=r"partial.npz has no y_train, x_test, y_test"):
         load_mnist(tmp_path / "partial.npz")
-    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+    with pytest.raises(FileNotFoundError, match="has no train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+                                                "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte"):
         load_mnist(tmp_path)
     (xtr, ytr) = _fake(rng, 4)
     for name, arr in (("train-images-idx3-ubyte", xtr), ("train-labels-idx1-ubyte", ytr),
                       ("t10k-images-idx3-ubyte", xtr), ("t10k-labels-idx1-ubyte", ytr[:3])):
         _write_idx(tmp_path / (name + ".gz"), arr)
-    with pytest.raises(ValueError, match="x_test has 4 images but y_test has 3 labels"):
+    with pytest.raises(ValueError, match="t10k-images-idx3-ubyte.gz holds 4 images but .*t10k-labels-idx1-ubyte.gz "
+                                         "holds 3 labels"):
         load_mnist(tmp_path)
     with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as f:
         f.write(bytes([0, 0, 8, 1]) + (9).to_bytes(4, "big") + b"\x01\x02")
     with pytest.raises(ValueError, match=r"t10k-labels-idx1-ubyte.gz holds 2 data bytes"):
         load_mnist(tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(b"plain text, not gzip")
-    with pytest.raises(ValueError, match="cannot read .*t10k-labels-idx1-ubyte.gz"):
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte.gz is not gzip data"):
         load_mnist(tmp_path)
+
+
+def _npz(path, **parts):
+    np.savez(path, **parts)
+    return load_mnist(path)
+
+
+def test_float_images_in_unit_range_are_kept_as_they_are(tmp_path, rng):
+    """Not divided by 255 a second time (issue 11)."""
+    x = rng.random((6, 28, 28))
+    for dtype in (np.float64, np.float32, np.float16):
+        (x_train, _), (x_test, _) = _npz(tmp_path / "f.npz", x_train=x.astype(dtype), y_train=np.arange(6),
+                                          x_test=x.astype(dtype).reshape(6, 784), y_test=np.arange(6))
+        assert x_train.dtype == np.float64
+        np.testing.assert_array_equal(x_train, x.astype(dtype).reshape(6, 784))
+        np.testing.assert_array_equal(x_test, x_train)                  # (n, 784) is read like (n, 28, 28)
+
+
+def test_labels_whole_floats_and_one_hot_are_accepted(tmp_path, rng):
+    x, labels = _fake(rng, 10)
+    one_hot = np.eye(10)[labels]
+    for y in (labels.astype(np.int64), labels.astype(np.float32), one_hot, one_hot.astype(np.uint8)):
+        (_, y_train), _ = _npz(tmp_path / "y.npz", x_train=x, y_train=y, x_test=x, y_test=labels)
+        np.testing.assert_array_equal(y_train, one_hot)
