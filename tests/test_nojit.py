@@ -1,0 +1,52 @@
+"""NUMBA_DISABLE_JIT=1 runs every kernel as Python, the GEMM included, and gives the compiled numbers."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SCRIPT = r"""
+import json, sys
+import numpy as np
+import numba
+from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt.kernels import bias_sigmoid
+out = {"jit_disabled": bool(numba.config.DISABLE_JIT), "python_kernel": not hasattr(bias_sigmoid, "signatures")}
+rng = np.random.default_rng(7)
+x, y = rng.random((6, 9)), rng.random((6, 4))
+for dtype in ("float64", "float32"):
+    for loss in ("quadratic", "cross_entropy"):
+        np.random.seed(2)
+        net = NetworkWithCheckpointing([9, 7, 5, 4], strategy="revolve(1)", dtype=dtype, loss=loss, l2=0.01)
+        ff = net.feedforward(x)
+        nb, nw = net.backprop(x, y)
+        net.update_mini_batch(x, y, 0.7)
+        out[f"{dtype}-{loss}"] = {"ff": ff.tolist(), "grads": [g.ravel().tolist() for g in nb + nw],
+                                  "after": [p.ravel().tolist() for p in net.weights + net.biases]}
+print(json.dumps(out))
+"""
+
+
+def _run(disable):
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1" if disable else "0")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_kernels_as_python_give_the_compiled_numbers():
+    compiled, python = _run(False), _run(True)
+    assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
+    for case in (k for k in compiled if "-" in k):
+        rtol = 1e-12 if case.startswith("float64") else 1e-6
+        for part in ("ff", "grads", "after"):
+            for got, ref in zip(python[case][part], compiled[case][part]):
+                np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * 1e-3, err_msg=f"{case} {part}")
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") != "1", reason="checks the suite's own JIT-off run")
+def test_this_run_really_has_the_jit_off():
+    from fastckpt.kernels import dense_forward
+    assert not hasattr(dense_forward, "signatures")          # a plain Python function, not a dispatcher

@@ -1,0 +1,238 @@
+"""One owner of the parameters: copies, pickles, swaps, threads and overflowing updates never train wrong weights."""
+import copy
+import pickle
+import threading
+
+import naive
+import numpy as np
+import pytest
+
+from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt.parallel import DataParallel
+
+NETS = [
+    (Network, dict(sizes=[12, 9, 9, 4])),
+    (NetworkWithCheckpointing, dict(sizes=[12, 9, 9, 4], strategy="revolve(1)")),
+    (NetworkWithCheckpointing, dict(sizes=[12, 9, 9, 4], strategy="sqrt", dtype=np.float32)),
+    (Network, dict(sizes=[12, 9, 9, 4], optimizer_in_backward=True, loss="cross_entropy", l2=0.01)),
+]
+COPIES = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda n: pickle.loads(pickle.dumps(n))}
+
+
+def _train(net, x, y, steps=4):
+    for k in range(steps):
+        net.update_mini_batch(x[k::steps], y[k::steps], 0.9)
+
+
+def _params(net):
+    return [a.copy() for a in net.weights + net.biases]
+
+
+@pytest.mark.parametrize("how", COPIES)
+@pytest.mark.parametrize("cls, kw", NETS, ids=lambda v: str(v) if isinstance(v, dict) else v.__name__)
+def test_a_copy_trains_exactly_like_the_original_and_independently(rng, cls, kw, how):
+    x, y = rng.random((40, 12)), rng.random((40, 4))
+    y = (y == y.max(axis=1, keepdims=True)).astype(float)
+    np.random.seed(3)
+    reference = cls(**kw)
+    _train(reference, x, y)                      # the original's own training, the reference
+    np.random.seed(3)
+    original = cls(**kw)
+    original.update_mini_batch(x[:5], y[:5], 0.0)   # a workspace exists before the copy
+    start = _params(original)
+    twin = COPIES[how](original)
+    _train(twin, x, y)
+    for got, ref, init in zip(_params(twin), _params(reference), start):
+        np.testing.assert_array_equal(got, ref)
+        assert not np.array_equal(got, init) or got.size == 0
+    for got, init in zip(_params(original), start):  # training the copy left the original alone
+        np.testing.assert_array_equal(got, init)
+    _train(original, x, y)
+    for got, ref in zip(_params(original), _params(reference)):
+        np.testing.assert_array_equal(got, ref)
+    assert twin.dtype == original.dtype and twin.strategy == original.strategy
+
+
+def test_swapping_two_layers_exchanges_their_values(rng):
+    net = Network([5, 5, 5, 5])
+    w0, w1, b0, b2 = (a.copy() for a in (net.weights[0], net.weights[1], net.biases[0], net.biases[2]))
+    net.weights[0], net.weights[1] = net.weights[1], net.weights[0]
+    net.biases[0], net.biases[2] = net.biases[2], net.biases[0]
+    np.testing.assert_array_equal(net.weights[0], w1)
+    np.testing.assert_array_equal(net.weights[1], w0)
+    np.testing.assert_array_equal(net.biases[0], b2)
+    np.testing.assert_array_equal(net.biases[2], b0)
+    x = rng.random((3, 5))
+    ref = naive.forward([w1, w0, net.weights[2].copy()], [b2, net.biases[1].copy(), b0], x)[-1]
+    np.testing.assert_allclose(net.feedforward(x), ref, rtol=1e-13)
+    net.weights = net.weights[::-1]                  # the whole list at once, reversed
+    np.testing.assert_array_equal(net.weights[2], w1)
+    np.testing.assert_array_equal(net.weights[1], w0)
+
+
+def test_assignment_copies_values_in_and_views_write_through(rng):
+    net = Network([3, 4, 2], dtype=np.float32)
+    value = rng.random((4, 3))
+    expected = value.astype(np.float32)
+    net.weights[0] = value
+    value[...] = 7.0                                   # the net holds a copy, cast to its dtype
+    np.testing.assert_array_equal(net.weights[0], expected)
+    assert net.weights[0].dtype == np.float32
+    net.biases[1] = np.array([0.5, -0.5])              # (n,) is accepted for an (n, 1) bias
+    np.testing.assert_array_equal(net.biases[1], [[0.5], [-0.5]])
+    net.weights[1][0, 0] = 3.0                         # in place, as the lab's finite-difference checks do
+    assert net.params.layers()[0][1][0, 0] == 3.0
+    with pytest.raises(ValueError, match=r"weights\[1\] \(as float32\) contains NaN or inf"):
+        net.weights[1] = np.full((2, 4), 1e39)            # finite in float64, inf in float32
+    assert net.weights[1][0, 0] == 3.0
+    best = copy.deepcopy(net.weights)                  # a plain list of independent arrays
+    net.weights[0][...] = 0.0
+    assert isinstance(best, list) and best[0].any()
+    net.weights = best
+    np.testing.assert_array_equal(net.weights[0], best[0])
+
+
+def test_two_threads_on_one_net_give_the_sequential_results(rng):
+    sizes = [64, 48, 48, 10]
+    x, y = rng.random((256, 64)), rng.random((256, 10))
+    np.random.seed(5)
+    net = NetworkWithCheckpointing(sizes, strategy="sqrt")
+    expected = [net.backprop(x[k::4], y[k::4]) for k in range(4)]
+    np.random.seed(5)
+    solo = NetworkWithCheckpointing(sizes, strategy="sqrt")
+    for _ in range(30):
+        solo.update_mini_batch(x, y, 0.5)
+
+    got, errors = {}, []
+
+    def grads(k):
+        try:
+            for _ in range(30):
+                got[k] = net.backprop(x[k::4], y[k::4])
+                for a, b in zip(sum(got[k], []), sum(expected[k], [])):
+                    np.testing.assert_array_equal(a, b)
+        except Exception as exc:                      # surfaced below
+            errors.append(exc)
+    threads = [threading.Thread(target=grads, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    # one thread trains while another asks for gradients: training is unaffected
+    np.random.seed(5)
+    shared = NetworkWithCheckpointing(sizes, strategy="sqrt")
+    stop = threading.Event()
+
+    def poke():
+        while not stop.is_set():
+            shared.backprop(x[:7], y[:7])
+            shared.feedforward(x[:3])
+    side = threading.Thread(target=poke)
+    side.start()
+    try:
+        for _ in range(30):
+            shared.update_mini_batch(x, y, 0.5)
+    finally:
+        stop.set()
+        side.join()
+    for a, b in zip(_params(shared), _params(solo)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_engine_refuses_a_second_thread_at_once(rng):
+    net = Network([200, 300, 10])
+    engine = net.engine(512)
+    x, y = rng.random((512, 200)), rng.random((512, 10))
+    barrier, seen = threading.Barrier(2), []
+
+    def run():
+        barrier.wait()
+        for _ in range(20):
+            try:
+                engine.gradients(net.params, x, y)
+            except RuntimeError as exc:
+                seen.append(str(exc))
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen and all("already running a step in another thread" in s for s in seen)
+
+
+@pytest.mark.parametrize("dtype, eta, l2", [(np.float32, 1e40, 0.0), (np.float64, 1e308, 1e3)])
+def test_an_update_that_overflows_the_stored_dtype_is_refused_and_changes_nothing(rng, dtype, eta, l2):
+    """float32: finite in the float64 the update is computed in, inf once stored.  float64: the L2
+    term makes eta * gradient overflow."""
+    x, y = rng.random((8, 6)), rng.random((8, 3)) * 0
+    for make in (lambda: Network([6, 5, 3], dtype=dtype, l2=l2),
+                 lambda: NetworkWithCheckpointing([6, 5, 3], 1, dtype, l2=l2)):
+        net = make()
+        before = _params(net)
+        with pytest.raises(FloatingPointError, match="weights left unchanged"):
+            net.update_mini_batch(x, y, eta)
+        for a, b in zip(before, _params(net)):
+            np.testing.assert_array_equal(a, b)
+        with DataParallel(net, threads=2) as dp, pytest.raises(FloatingPointError, match="weights left unchanged"):
+            dp.update_mini_batches(x.reshape(2, 4, 6), y.reshape(2, 4, 3), eta)
+        for a, b in zip(before, _params(net)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_checkpointing_net_takes_the_labs_positional_arguments():
+    net = NetworkWithCheckpointing([4, 3, 3, 2], 2, np.float32)
+    assert net.dtype == np.float32 and net.checkpoint_every_nth_layer == 2 and str(net.strategy) == "every_nth(2)"
+    assert Network([4, 2], np.float32).dtype == np.float32
+
+
+def test_a_searching_strategy_runs_once_at_the_batch_size_of_the_step(rng, monkeypatch):
+    from fastckpt import strategies
+    calls = []
+    real = strategies.Budget.tree
+    monkeypatch.setattr(strategies.Budget, "tree", lambda self, sizes, batch, item: calls.append(batch) or
+                        real(self, sizes, batch, item))
+    net = NetworkWithCheckpointing([10] + [8] * 6 + [3], strategy="budget(6KiB)")
+    assert calls == []                                 # the constructor parses, it does not search
+    net.update_mini_batch(rng.random((16, 10)), rng.random((16, 3)), 0.1)
+    net.update_mini_batch(rng.random((16, 10)), rng.random((16, 3)), 0.1)
+    assert calls == [16]
+    tight = NetworkWithCheckpointing([10] + [8] * 6 + [3], strategy="budget(2KiB)")
+    before = _params(tight)
+    with pytest.raises(ValueError, match=r"budget\(2KiB\).*needs at least"):
+        tight.update_mini_batch(rng.random((64, 10)), rng.random((64, 3)), 0.1)
+    for a, b in zip(before, _params(tight)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"segments\(k\): k must be <= the 2 layers"):
+        NetworkWithCheckpointing([4, 3, 2], strategy="segments(3)")
+
+
+def test_plans_compare_and_hash_by_value():
+    from fastckpt import plan
+    a = plan([10, 8, 8, 3], 16, np.float64, "revolve(1)")
+    b = plan([10, 8, 8, 3], 16, np.float64, "revolve(1)")
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != plan([10, 8, 8, 3], 16, np.float32, "revolve(1)")
+    assert a != plan([10, 8, 8, 3], 8, np.float64, "revolve(1)")
+    assert a != plan([10, 8, 8, 3], 16, np.float64, "plain")
+    assert str(a.strategy) == "revolve(1)" and a.strategy.slots == 1     # the checked object, not a string
+    with pytest.raises(ValueError):
+        a.forward_counts[0] = 9                                            # a plan is immutable
+
+
+def test_no_module_reads_another_objects_private_attributes():
+    """The STYLE rule behind the engine surface: ``x._name`` only on ``self``, ``cls`` or ``other`` (a same-class comparison)."""
+    import ast
+    import pathlib
+
+    import fastckpt
+    paths = sorted(pathlib.Path(fastckpt.__file__).parent.rglob("*.py"))
+    assert len(paths) > 10, paths                       # the package's modules, wherever it is installed
+    offenders = []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "other"))):
+                offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, offenders
