@@ -1,0 +1,71 @@
+"""Step time of two fastckpt installs, alternated round by round in fresh processes: is a change slower?
+
+    python benchmarks/compare_versions.py OLD_PYTHON NEW_PYTHON [--rounds 7]
+
+Each interpreter must import the fastckpt to measure (e.g. two virtual
+environments with editable installs of two checkouts).  Every round runs the
+old one, then the new one, each in a fresh process that warms up (kernels
+compiled or loaded, first BLAS call made) and then times ``update_mini_batch``
+on the lab net [784, 40, 30, 10] at batch 10 and on the deep-narrow net
+[784] + [256]*64 + [10] at batch 2048 (plain and sqrt), in float64.  It prints
+each side's median ms per step and the median over rounds of new / old, so
+load on a shared machine hits both sides of a ratio alike.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+
+CHILD = r"""
+import json, time
+import numpy as np
+from fastckpt import Network, NetworkWithCheckpointing
+
+def per_step(net, x, y, steps):
+    net.update_mini_batch(x, y, 1e-3)                       # warm-up: workspace, kernels, BLAS
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        net.update_mini_batch(x, y, 1e-3)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+rng = np.random.default_rng(0)
+out = {}
+np.random.seed(0)
+x, y = rng.random((10, 784)), rng.random((10, 10))
+out["lab net, batch 10"] = per_step(Network([784, 40, 30, 10]), x, y, 2000)
+x, y = rng.random((2048, 784)), rng.random((2048, 10))
+deep = [784] + [256] * 64 + [10]
+out["deep-narrow, batch 2048, plain"] = per_step(Network(deep), x, y, 5)
+out["deep-narrow, batch 2048, sqrt"] = per_step(NetworkWithCheckpointing(deep, strategy="sqrt"), x, y, 5)
+print(json.dumps(out))
+"""
+
+
+def run(python):
+    proc = subprocess.run([python, "-c", CHILD], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", help="python of the install to compare against")
+    parser.add_argument("new", help="python of the install being checked")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    rounds = []
+    for r in range(args.rounds):
+        old, new = run(args.old), run(args.new)
+        rounds.append((old, new))
+        print(f"round {r + 1}: " + ", ".join(f"{k} {old[k]:.3f} -> {new[k]:.3f} ms" for k in old), flush=True)
+    print(f"\n{'case':<34} {'old ms':>9} {'new ms':>9} {'new/old (median of rounds)':>28}")
+    for case in rounds[0][0]:
+        old = statistics.median(o[case] for o, _ in rounds)
+        new = statistics.median(n[case] for _, n in rounds)
+        ratio = statistics.median(n[case] / o[case] for o, n in rounds)
+        print(f"{case:<34} {old:>9.3f} {new:>9.3f} {ratio:>28.3f}")
+
+
+if __name__ == "__main__":
+    main()
