@@ -42,6 +42,14 @@ def param_layout(sizes, itemsize):
     return offsets, pos
 
 
+def layer_views(flat, sizes):
+    """(n_out, n_in) weight and (n_out,) bias views of a flat buffer in the parameter layout."""
+    offsets, _ = param_layout(sizes, flat.itemsize)
+    w = [flat[w_at:w_at + o * i].reshape(o, i) for (w_at, _), i, o in zip(offsets, sizes[:-1], sizes[1:])]
+    b = [flat[b_at:b_at + o] for (_, b_at), o in zip(offsets, sizes[1:])]
+    return w, b
+
+
 def param_blocks(sizes, itemsize):
     """(k, 2) int64 [start, end) element ranges of every weight and bias in the flat layout."""
     offsets, _ = param_layout(sizes, itemsize)

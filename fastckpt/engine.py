@@ -28,73 +28,8 @@ from fastckpt.kernels import (
 )
 
 from ._checks import as_batch, check_finite
-from .costs import delta_elems, param_layout
-
-
-def layer_views(flat, sizes):
-    """(n_out, n_in) weight and (n_out,) bias views of a flat buffer in the parameter layout."""
-    offsets, _ = param_layout(sizes, flat.itemsize)
-    w = [flat[w_at:w_at + o * i].reshape(o, i) for (w_at, _), i, o in zip(offsets, sizes[:-1], sizes[1:])]
-    b = [flat[b_at:b_at + o] for (_, b_at), o in zip(offsets, sizes[1:])]
-    return w, b
-
-FWD, LOSS, BWD = 0, 1, 2
-
-
-class Workspace:
-    """Buffers sized from a plan, and per-batch-size views of them for each op."""
-
-    def __init__(self, plan):
-        self.plan = plan
-        sizes, batch = plan.sizes, plan.batch_size
-        self.activations = np.empty(plan.arena_elems, dtype=plan.dtype)     # and the gradients at its top
-        self.deltas = np.empty(delta_elems(sizes, batch), dtype=plan.dtype)
-        self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
-        self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
-        self._ops = {}
-        self._stage = {}
-
-    def gradients(self):
-        """The flat gradients at the arena's top, in the parameters' layout."""
-        return self.activations[self.plan.grad_offset:]
-
-    def ops(self, batch):
-        """Per-op kernel arguments for ``batch`` rows (<= the planned batch)."""
-        if batch not in self._ops:
-            self._ops[batch] = self._build(batch)
-        return self._ops[batch]
-
-    def stage(self, name, batch, width):
-        """A (batch, width) buffer to convert inputs into (allocated on first need)."""
-        key = (name, width)
-        if key not in self._stage:
-            self._stage[key] = np.empty((self.plan.batch_size, width), dtype=self.plan.dtype)
-        return self._stage[key][:batch]
-
-    def _act(self, offset, index, batch):
-        if offset is None:
-            return None
-        width = self.plan.sizes[index]
-        return self.activations[offset:offset + batch * width].reshape(batch, width)
-
-    def _delta(self, index, batch):
-        width = self.plan.sizes[index]
-        if index == 0:
-            return np.empty((0, width), dtype=self.plan.dtype)  # the input has no delta
-        start = 0 if index % 2 == 1 else self._odd_rows
-        return self.deltas[start:start + batch * width].reshape(batch, width)
-
-    def _build(self, batch):
-        built = []
-        for (kind, layer), read, write in zip(self.plan.ops, self.plan.reads, self.plan.writes):
-            a = self._act(read, layer, batch)
-            if kind == "fwd":
-                built.append((FWD, layer, a, self._act(write, layer + 1, batch), None))
-            elif kind == "loss":
-                built.append((LOSS, layer, a, self._delta(layer, batch), None))
-            else:
-                built.append((BWD, layer, a, self._delta(layer + 1, batch), self._delta(layer, batch)))
-        return built
+from .costs import layer_views, param_layout
+from .workspace import FWD, LOSS, Workspace
 
 
 def forward_layer(weights, biases, layer, softmax, a, scratch, out):

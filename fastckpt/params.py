@@ -28,7 +28,7 @@ import numpy as np
 from fastckpt.kernels import all_finite, sgd_step
 
 from ._checks import check_dtype, check_sizes, nonfinite_error
-from .costs import param_blocks, param_layout
+from .costs import layer_views, param_blocks, param_layout
 
 
 class Parameters:
@@ -59,12 +59,7 @@ class Parameters:
         self._setup()
 
     def _setup(self):
-        offsets, _ = param_layout(self.sizes, self.dtype.itemsize)
-        flat, pairs = self._flat, zip(offsets, self.sizes[:-1], self.sizes[1:])
-        self._w, self._b = [], []
-        for (w_at, b_at), n_in, n_out in pairs:
-            self._w.append(flat[w_at:w_at + n_out * n_in].reshape(n_out, n_in))   # (n_out, n_in)
-            self._b.append(flat[b_at:b_at + n_out])                               # (n_out,)
+        self._w, self._b = layer_views(self._flat, self.sizes)          # (n_out, n_in) and (n_out,) per layer
         self._views = {"weights": self._w, "biases": [b.reshape(-1, 1) for b in self._b]}
         self.blocks = param_blocks(self.sizes, self.dtype.itemsize)
         self.lock = threading.RLock()

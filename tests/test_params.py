@@ -221,7 +221,8 @@ def test_plans_compare_and_hash_by_value():
 
 
 def test_no_module_reads_another_objects_private_attributes():
-    """The STYLE rule behind the engine surface: ``x._name`` only on ``self``, ``cls`` or ``other`` (a same-class comparison)."""
+    """The STYLE rule behind the engine surface: ``x._name`` only on ``self``, ``cls`` or ``other``
+    (a same-class comparison)."""
     import ast
     import pathlib
 
