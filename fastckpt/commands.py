@@ -189,8 +189,9 @@ def train(args):
     from .checkpointing import NetworkWithCheckpointing
     trainer = rank = None
     if args.mpi:
-        from .distributed import MPITrainer, mpi_world
-        rank = mpi_world()[1].Get_rank()
+        from .distributed import MPITrainer, RankGuard
+        guard = RankGuard()                        # this rank leaving before training ends ends the job
+        rank = guard.rank
     (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
     if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
         raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
@@ -202,9 +203,9 @@ def train(args):
     t0 = time.perf_counter()
     if args.mpi:
         trainer = MPITrainer(net)
-        _, times = trainer.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta,
-                               test_data=(x_test, y_test), parallel_batches=args.parallel_batches,
-                               verbose=lead and not args.json)
+        _, times = guard.run(trainer.SGD, (x_train, y_train), args.epochs, args.batch_size, args.eta,
+                             test_data=(x_test, y_test), parallel_batches=args.parallel_batches,
+                             verbose=lead and not args.json)
         workers = {"ranks": trainer.ranks, "parallel_batches": args.parallel_batches or trainer.ranks,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or args.parallel_batches:

@@ -83,16 +83,18 @@ def test_more_ranks_than_minibatches_is_an_error_not_a_hang():
 
 
 @needs_mpi
-def test_a_dying_rank_ends_the_run_within_bounded_time():
-    job = subprocess.Popen([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--epochs", "500", "--json"],
+def test_a_dying_rank_ends_the_run_within_bounded_time(tmp_path):
+    # each rank's shell writes its PID (kept by exec) to pid.<rank>: the ranks are found by PID, not by name
+    pid_of = ["sh", "-c", 'echo $$ > "$0.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" && exec "$@"', str(tmp_path / "pid")]
+    job = subprocess.Popen([MPIEXEC, "-n", "2", *pid_of, *TRAIN, "--mpi", "--epochs", "500", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        ranks = []
+        files = [tmp_path / f"pid.{rank}" for rank in range(2)]
         deadline = time.monotonic() + 120
-        while len(ranks) < 2 and time.monotonic() < deadline:
-            ranks = [p for p in psutil.Process(job.pid).children(recursive=True) if "fastckpt" in " ".join(p.cmdline())]
+        while not all(f.exists() and f.read_text().strip() for f in files) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(ranks) == 2, "the ranks never started"
+        assert all(f.exists() for f in files), "the ranks never started"
+        ranks = [psutil.Process(int(f.read_text())) for f in files]
         time.sleep(2.0)                                   # let them train and meet in collectives
         ranks[-1].kill()
         job.wait(timeout=120)                             # raises if the survivor hangs

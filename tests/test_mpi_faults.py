@@ -1,0 +1,145 @@
+"""No MPI rank waits forever: every fault on one rank ends the whole job, with a message naming the rank.
+
+Each job runs under ``mpiexec`` with a time limit; ranks are found by the PID
+each one writes at start, never by name.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+pytestmark = pytest.mark.skipif(MPIEXEC is None or not __import__("importlib").util.find_spec("mpi4py"),
+                                reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
+TRAIN = [sys.executable, "-m", "fastckpt", "train", "--mpi"]
+LIMIT = 120                        # seconds before a job counts as hung
+
+
+def mpiexec(*parts, timeout=LIMIT):
+    """Run ``mpiexec parts...``; (returncode, stdout, stderr, seconds)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([MPIEXEC, *parts], capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0
+
+
+def writing_pid(prefix, cmd):
+    """``cmd`` started by a shell that first writes its PID to ``<prefix>.<rank>``; exec keeps the PID."""
+    return ["sh", "-c", 'echo $$ > "$0.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" && exec "$@"', str(prefix), *cmd]
+
+
+def wait_for(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {seconds} s"
+        time.sleep(0.1)
+
+
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("other, message", [
+    (["--batch-size", "20"], "batch size 10 on rank 0, 20 on rank 1"),
+    (["--eta", "0.5"], "eta 3.0 on rank 0, 0.5 on rank 1"),
+    (["--epochs", "2"], "epochs 1 on rank 0, 2 on rank 1"),
+    (["--seed", "1"], "initial weights sha256 "),
+    (["--strategy", "sqrt"], "strategy plain on rank 0, sqrt on rank 1"),
+    (["--loss", "cross_entropy"], "loss quadratic on rank 0, cross_entropy on rank 1"),
+    (["--sizes", "784,40,10"], "sizes [784, 40, 30, 10] on rank 0, [784, 40, 10] on rank 1"),
+], ids=["batch", "eta", "epochs", "seed", "strategy", "loss", "sizes"])
+def test_ranks_started_with_different_settings_are_refused_by_rank_0(other, message):
+    base = [*TRAIN, "--epochs", "1"]
+    code, out, err, seconds = mpiexec("-n", "1", *base, ":", "-n", "1", *base, *other)
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err                                   # from rank 0 alone
+    assert err.startswith("fastckpt train: error: the 2 ranks were started with different settings: ")
+    assert message in err and "Epoch" not in out and seconds < LIMIT
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_fails_before_training_ends_the_job(rank):
+    good, bad = [*TRAIN, "--epochs", "50"], [*TRAIN, "--epochs", "50", "--data", "/nonexistent/mnist.npz"]
+    code, out, err, seconds = mpiexec("-n", "1", *(bad if rank == 0 else good), ":",
+                                      "-n", "1", *(good if rank == 0 else bad))
+    assert code != 0 and seconds < LIMIT
+    assert "fastckpt train: error: MNIST data not found: '/nonexistent/mnist.npz'" in err
+    assert f"fastckpt train: rank {rank} of 2 stopped before training ended on every rank" in err
+    assert "Epoch" not in out
+
+
+def test_sigint_to_one_rank_during_training_ends_the_job(tmp_path):
+    out = tmp_path / "out"
+    with open(out, "w") as stdout:
+        job = subprocess.Popen([MPIEXEC, "-n", "2", *writing_pid(tmp_path / "pid", [*TRAIN, "--epochs", "500"])],
+                               stdout=stdout, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "Epoch: 0" in out.read_text(), LIMIT, "rank 0 finished an epoch")
+        pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
+        t0 = time.monotonic()
+        os.kill(pids[1], signal.SIGINT)
+        _, err = job.communicate(timeout=LIMIT)
+        seconds = time.monotonic() - t0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 130, err
+    assert "fastckpt: rank 1 of 2 failed: interrupted (KeyboardInterrupt); ending the job" in err
+    assert seconds < 30
+    wait_for(lambda: all(gone(pid) for pid in pids), 30, "both ranks ended")
+
+
+def test_an_error_on_one_rank_during_training_ends_the_job():
+    # every rank holds the same data, but sample 15 (rank 1's first mini-batch of 10) is NaN
+    script = textwrap.dedent("""
+        import numpy as np, fastckpt
+        from fastckpt.distributed import MPITrainer
+        (x, y), _ = fastckpt.load_mnist()
+        x = x.copy()
+        x[15, 3] = np.nan
+        np.random.seed(0)
+        MPITrainer(fastckpt.Network([784, 20, 10])).SGD((x, y), 1, 10, 1.0)
+        print("trained")
+    """)
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script)
+    assert code == 2 and seconds < LIMIT, err
+    assert "fastckpt: rank 1 of 2 failed: ValueError: " in err and "contains NaN" in err
+    assert "trained" not in out and "rank 0 of 2 failed" not in err
+
+
+def test_a_refused_update_stops_every_rank_together_and_rank_0_reports_it():
+    # the L2 step eta * l2 * W overflows float64 at the first update, on every rank at once
+    code, out, err, seconds = mpiexec("-n", "2", *TRAIN, "--epochs", "1", "--l2", "1e303", "--eta", "1e10")
+    assert code == 1 and seconds < LIMIT, err
+    assert err.count("training stopped at epoch 0, update 0: the update would make a parameter NaN or inf") == 1
+    assert "rank 1" not in err and "Abort(" not in err                   # no abort: the ranks agreed
+
+
+def test_settings_are_checked_from_python_too():
+    script = textwrap.dedent("""
+        import fastckpt
+        from mpi4py import MPI
+        from fastckpt.distributed import MPITrainer
+        (x, y), _ = fastckpt.load_mnist()
+        import numpy as np
+        np.random.seed(0)                                           # same weights on both ranks
+        trainer = MPITrainer(fastckpt.Network([784, 20, 10]))
+        try:
+            trainer.SGD((x, y), 1, 10 + MPI.COMM_WORLD.Get_rank(), 1.0, verbose=False)
+        except ValueError as exc:
+            print(MPI.COMM_WORLD.Get_rank(), exc)
+    """)
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script)
+    assert code == 0, err
+    lines = sorted(out.splitlines())                                 # every rank raises, and may go on
+    assert len(lines) == 2 and lines[0].startswith("0 the 2 ranks were started with different settings: "
+                                                   "batch size 10 on rank 0, 11 on rank 1")
+    assert lines[1].startswith("1 the 2 ranks")
