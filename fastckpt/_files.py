@@ -29,8 +29,8 @@ def check_paths(args):
         folder = os.path.dirname(target) or "."
         if not os.path.isdir(folder):
             raise ValueError(f"--save {save!r}: no such folder {folder!r}")
-        if os.path.isdir(target):
-            raise ValueError(f"--save {save!r}: is a folder")
+        if os.path.isdir(save) or os.path.isdir(target):
+            raise ValueError(f"--save {save!r}: is a folder; name the .npz file to write")
         if os.path.exists(target) and not getattr(args, "force", False):
             raise ValueError(f"--save {save!r}: {target!r} exists; pass --force to overwrite it")
         _probe(folder, "--save")

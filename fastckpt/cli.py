@@ -191,7 +191,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
-        _say(f"fastckpt {command}: interrupted")
+        _say(f"fastckpt {command}: interrupted (SIGINT)")
         return 130
     except Exception as exc:
         if os.environ.get("FASTCKPT_DEBUG"):

@@ -39,12 +39,11 @@ def compare(args):
         def keep(results):
             done[:] = results
             if args.out:
-                with stopper.deferred():                          # never a half-written report
-                    report.write_report(args.out, results, setup)
+                report.write_report(args.out, results, setup)
         try:
             results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
                                          batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
-                                         seed=args.seed, quiet=args.json, on_result=keep)
+                                         seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred)
         except (Stopped, KeyboardInterrupt) as exc:
             stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
             names = ", ".join(r["name"] for r in done)

@@ -6,6 +6,7 @@ Results are plain dicts, so the same numbers feed the table, ``--json`` and the
 files of ``--out`` (two PNGs of the lab notebook, memory against depth, and a
 markdown summary).
 """
+import contextlib
 import json
 import os
 import signal
@@ -49,7 +50,7 @@ class Progress:
 
 
 def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype, seed, quiet=False,
-                on_result=None):
+                on_result=None, hold=contextlib.nullcontext):
     """Train plain and each strategy from ``seed``, each in a fresh process; one result dict per run.
 
     A fresh process per run keeps its RSS series clean of what earlier runs
@@ -57,15 +58,18 @@ def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype,
     run, so a caller can write what is done before an interrupt.  A run that
     fails raises :class:`RunFailed` with the child's one-line error; any
     exception here (a signal turned into :class:`Stopped`, say) ends the
-    running child's process group before it propagates.
+    running child's process group before it propagates.  ``hold()`` wraps
+    what a signal must not cut in two (starting a child, ``on_result``):
+    :meth:`Stopper.deferred <fastckpt._signals.Stopper.deferred>`.
     """
     results = []
     for strategy in ["plain", *map(str, strategies)]:
         spec = {"sizes": list(sizes), "strategy": strategy, "data": data_path, "epochs": epochs,
                 "batch_size": batch_size, "eta": eta, "dtype": dtype, "seed": seed, "quiet": quiet}
         # its own session: a terminal's Ctrl-C or hang-up reaches this process only, which ends the child
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
-                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        with hold():                                # never a child started and lost
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, _ = child.communicate()
         except BaseException:
@@ -74,7 +78,8 @@ def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype,
         results.append(_child_result(strategy, child.returncode, out))
         _ratios(results)
         if on_result is not None:
-            on_result(results)
+            with hold():                            # never a half-written report
+                on_result(results)
     return results
 
 
