@@ -21,6 +21,7 @@ docs/misuse.md has the table of cases.
 import argparse
 import math
 import os
+import signal
 import sys
 
 from . import commands
@@ -174,30 +175,30 @@ def _parser():
 
 
 def main(argv=None):
-    command = None
+    command = "fastckpt"
     try:
         args = _parser().parse_args(argv)
-        command = args.command
+        command = f"fastckpt {args.command}"
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
                "profile": commands.profile, "train": commands.train}
         check_paths(args)                                          # before any training
-        code = run[command](args)
+        code = run[args.command](args)
         sys.stdout.flush()                                         # a closed pipe shows here, not at exit
         return code
     except BrokenPipeError:
         # the reader left (``| head``): send what is still buffered nowhere, and end as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + 13
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
-        _say(f"fastckpt {command}: interrupted (SIGINT)")
+        _say(f"{command}: interrupted (SIGINT)")
         return 130
     except Exception as exc:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
         code, reason = _failure(exc)
-        _say(f"fastckpt {command}: error: {reason}")
+        _say(f"{command}: error: {reason}")
         return code
 
 
