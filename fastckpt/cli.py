@@ -2,13 +2,31 @@
 
 ``compare`` trains with and without checkpointing and reports; ``analyze`` and
 ``plan`` answer memory questions from the planner; ``profile`` writes a memray
-flamegraph of training.  Exit codes: 0 on success, 2 with a one-line reason on
-bad arguments or data, 130 when interrupted (after writing what was done).
+flamegraph of training; ``train`` trains one net.
+
+Every failure is one line on stderr, ``fastckpt <command>: error: <reason>``,
+never a traceback (``FASTCKPT_DEBUG=1`` shows it).  Exit codes:
+
+* 0: done;
+* 1: training failed on valid input (divergence, out of memory), or a bug,
+  which the line says, asking for a report;
+* 2: bad input: arguments, data, files (checked before any training);
+* 128 + signal: ``compare`` stopped by SIGINT (130), SIGTERM (143) or SIGHUP
+  (129) after ending its child and writing the finished runs;
+* 141 (128 + SIGPIPE): stdout was closed early (``fastckpt plan | head``),
+  quietly, as ``cat`` or ``yes`` would end.
+
+docs/misuse.md has the table of cases.
 """
 import argparse
+import math
+import os
+import signal
 import sys
 
 from . import commands
+from ._files import check_paths
+from .report import RunFailed, builtin_kinds
 from .strategies import parse_strategy
 
 
@@ -35,6 +53,16 @@ def _positive(text):
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _rate(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text!r}")
     return value
 
 
@@ -90,7 +118,7 @@ def _parser():
                    help=f"comma-separated, each one of: {strategies_help} (default: every_nth(2),sqrt)")
     p.add_argument("--every", type=_positive, default=None, help="shorthand for --strategies every_nth(N),sqrt")
     p.add_argument("--epochs", type=_positive, default=10)
-    p.add_argument("--eta", type=float, default=3.0)
+    p.add_argument("--eta", type=_rate, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="the lab's mnist.npz or an IDX folder (default: embedded MNIST)")
     p.add_argument("--out", default=None, help="write summary.md and the plots (PNG) here")
@@ -119,7 +147,7 @@ def _parser():
     common(p)
     p.add_argument("--strategy", type=_strategy, default="plain", help=strategies_help)
     p.add_argument("--epochs", type=_positive, default=10)
-    p.add_argument("--eta", type=float, default=3.0)
+    p.add_argument("--eta", type=_rate, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None)
     p.add_argument("--threads", type=_positive, default=1, help="worker threads (fastckpt.parallel)")
@@ -128,15 +156,18 @@ def _parser():
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
     p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default="quadratic",
                    help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)")
-    p.add_argument("--l2", type=float, default=0.0, help="L2 weight penalty (0.5 * l2 * ||W||^2 per layer)")
-    p.add_argument("--save", default=None, help="rank 0 writes the trained weights and biases here (.npz)")
+    p.add_argument("--l2", type=_rate, default=0.0, help="L2 weight penalty (0.5 * l2 * ||W||^2 per layer)")
+    p.add_argument("--save", default=None,
+                   help="rank 0 writes the trained weights and biases here (.npz), atomically; "
+                        "the folder must exist and the file must not, unless --force")
+    p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("profile", help="train under memray and write its flamegraph HTML report")
     common(p)
     p.add_argument("--strategy", type=_strategy, default="every_nth(2)", help=strategies_help)
     p.add_argument("--steps", type=_positive, default=20)
-    p.add_argument("--eta", type=float, default=3.0)
+    p.add_argument("--eta", type=_rate, default=3.0)
     p.add_argument("--data", default=None)
     p.add_argument("--native", action="store_true", help="record native (C) stacks too")
     p.add_argument("--out", default="fastckpt-profile", help="directory for the report (default fastckpt-profile)")
@@ -144,17 +175,58 @@ def _parser():
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
-    run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
-           "profile": commands.profile, "train": commands.train}
+    command = "fastckpt"
     try:
-        return run[args.command](args)
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        print(f"fastckpt {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        args = _parser().parse_args(argv)
+        command = f"fastckpt {args.command}"
+        run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
+               "profile": commands.profile, "train": commands.train}
+        check_paths(args)                                          # before any training
+        code = run[args.command](args)
+        sys.stdout.flush()                                         # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader left (``| head``): send what is still buffered nowhere, and end as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
-        print(f"fastckpt {args.command}: interrupted", file=sys.stderr)
+        if os.environ.get("FASTCKPT_DEBUG"):
+            raise
+        _say(f"{command}: interrupted (SIGINT)")
         return 130
+    except Exception as exc:
+        if os.environ.get("FASTCKPT_DEBUG"):
+            raise
+        code, reason = _failure(exc)
+        _say(f"{command}: error: {reason}")
+        return code
+
+
+BUG = "(a bug: please report it; run with FASTCKPT_DEBUG=1 for the traceback)"
+
+
+def _failure(exc):
+    """(exit code, one-line reason) for an exception, or for a compare child's, by the builtin classes it is."""
+    child = isinstance(exc, RunFailed)
+    kinds = exc.kinds if child else builtin_kinds(exc)
+    prefix = f"the {exc.run} run: " if child else ""
+    reason = " ".join(str(exc.reason if child else exc).split()) or type(exc).__name__   # one line
+    if "MemoryError" in kinds:
+        return 1, f"{prefix}out of memory: {reason}; try a smaller --batch-size or --sizes"
+    if "FloatingPointError" in kinds:
+        return 1, f"{prefix}{reason}; try a smaller --eta"
+    if kinds & {"ValueError", "TypeError", "OSError", "RuntimeError"}:
+        return 2, prefix + reason
+    if child:                               # a bug, its reason naming its type; or a death without a word
+        return 1, f"{prefix}{reason} {BUG}" if kinds else prefix + reason
+    return 1, f"{type(exc).__name__}: {reason} {BUG}"
+
+
+def _say(line):
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:                                                 # stderr is gone too: nothing to tell
+        pass
 
 
 if __name__ == "__main__":

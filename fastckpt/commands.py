@@ -1,6 +1,7 @@
 """What each ``fastckpt`` subcommand does, given its parsed arguments; :mod:`fastckpt.cli` parses them."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -9,6 +10,8 @@ import time
 import numpy as np
 
 from . import memory, report
+from ._files import save_npz
+from ._signals import Stopped, Stopper
 from .data import load_mnist
 from .planning import plan as make_plan
 from .plots import plot_depth, plot_tradeoff
@@ -31,19 +34,22 @@ def compare(args):
     setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
              "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)"}
     done = []
+    with Stopper() as stopper:                                    # SIGINT, SIGTERM, SIGHUP: see _signals
 
-    def keep(results):
-        done[:] = results
-        if args.out:
-            report.write_report(args.out, results, setup)
-    try:
-        results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs, batch_size=args.batch_size,
-                                     eta=args.eta, dtype=args.dtype, seed=args.seed, quiet=args.json,
-                                     on_result=keep)
-    except KeyboardInterrupt:
-        kept = f"; {len(done)} finished runs written to {args.out}" if args.out and done else ""
-        print(f"fastckpt compare: interrupted{kept}", file=sys.stderr)
-        return 130
+        def keep(results):
+            done[:] = results
+            if args.out:
+                report.write_report(args.out, results, setup)
+        try:
+            results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
+                                         batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
+                                         seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred)
+        except (Stopped, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+            names = ", ".join(r["name"] for r in done)
+            kept = f"; finished runs written to {args.out}: {names}" if args.out and done else ""
+            print(f"fastckpt compare: {stop}{kept}", file=sys.stderr)
+            return stop.exit_code
     if args.json:
         print(json.dumps(report.summary(results, setup), indent=2))
     else:
@@ -227,7 +233,7 @@ def train(args):
               "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
     if args.save:
-        np.savez(args.save, *net.weights, *net.biases)
+        save_npz(args.save, [*net.weights, *net.biases])          # checked before training (_files)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

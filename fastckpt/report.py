@@ -6,8 +6,10 @@ Results are plain dicts, so the same numbers feed the table, ``--json`` and the
 files of ``--out`` (two PNGs of the lab notebook, memory against depth, and a
 markdown summary).
 """
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,39 +50,113 @@ class Progress:
 
 
 def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype, seed, quiet=False,
-                on_result=None):
+                on_result=None, hold=contextlib.nullcontext):
     """Train plain and each strategy from ``seed``, each in a fresh process; one result dict per run.
 
     A fresh process per run keeps its RSS series clean of what earlier runs
     left in the heap.  ``on_result(results)`` is called after each finished
-    run, so a caller can write what is done before an interrupt.
+    run, so a caller can write what is done before an interrupt.  A run that
+    fails raises :class:`RunFailed` with the child's one-line error; any
+    exception here (a signal turned into :class:`Stopped`, say) ends the
+    running child's process group before it propagates.  ``hold()`` wraps
+    what a signal must not cut in two (starting a child, ``on_result``):
+    :meth:`Stopper.deferred <fastckpt._signals.Stopper.deferred>`.
     """
     results = []
     for strategy in ["plain", *map(str, strategies)]:
         spec = {"sizes": list(sizes), "strategy": strategy, "data": data_path, "epochs": epochs,
                 "batch_size": batch_size, "eta": eta, "dtype": dtype, "seed": seed, "quiet": quiet}
-        # its own session: an interrupt reaches this process only, which then stops the run quietly
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
-                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        # its own session: a terminal's Ctrl-C or hang-up reaches this process only, which ends the child
+        with hold():                                # never a child started and lost
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, _ = child.communicate()
-        except KeyboardInterrupt:
-            child.terminate()
-            child.wait()
+        except BaseException:
+            end_process_group(child)
             raise
-        if child.returncode != 0:
-            raise RuntimeError(f"the {strategy} run failed (exit {child.returncode})")
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        results.append(_child_result(strategy, child.returncode, out))
         _ratios(results)
         if on_result is not None:
-            on_result(results)
+            with hold():                            # never a half-written report
+                on_result(results)
     return results
+
+
+def end_process_group(child, grace=5.0):
+    """SIGTERM the child's process group, SIGKILL it after ``grace`` seconds, and reap the child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)                # not reaped yet, so its pid is still its group's
+        except ProcessLookupError:
+            pass
+        try:
+            child.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+class RunFailed(Exception):
+    """A compare run failed in its child process.
+
+    ``kinds`` names the builtin exception classes the child's error was an
+    instance of (``{"FloatingPointError", "ArithmeticError", ...}``), so the
+    command can give it the exit code it would give the same error here.
+    """
+
+    def __init__(self, run, reason, kinds=()):
+        super().__init__(f"the {run} run: {reason}")
+        self.run, self.reason, self.kinds = run, reason, frozenset(kinds)
+
+
+def builtin_kinds(exc):
+    """Names of the builtin classes ``exc`` is an instance of."""
+    return {c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins"}
+
+
+def _child_result(strategy, returncode, out):
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    try:
+        got = json.loads(last)
+    except ValueError:
+        got = None
+    if returncode == 0 and isinstance(got, dict) and "error" not in got:
+        return got
+    if isinstance(got, dict) and "error" in got:
+        raise RunFailed(strategy, got["error"], got.get("kinds", ()))
+    if returncode < 0:
+        raise RunFailed(strategy, f"ended by {signal.Signals(-returncode).name}")
+    raise RunFailed(strategy, f"exited with code {returncode}, without a reason")
+
+
+def child_main(package_root, spec_json):
+    """The child's whole life: one run, its result as the last line of stdout; an error as one JSON line
+    (its message and kinds) and exit 1, the traceback only with FASTCKPT_DEBUG=1."""
+    try:
+        result = run_one(json.loads(spec_json))
+    except Exception as exc:
+        if os.environ.get("FASTCKPT_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        kinds = builtin_kinds(exc)
+        message = str(exc) if kinds & _EXPECTED else f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"error": message, "kinds": sorted(kinds)}), flush=True)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+_EXPECTED = {"ValueError", "TypeError", "OSError", "RuntimeError", "FloatingPointError", "MemoryError"}
 
 
 # The child imports the very package this process runs (an installed copy, not a source
 # tree that happens to be the working directory), then runs one spec.
-_CHILD = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fastckpt.report import run_one; "
-          "print(json.dumps(run_one(json.loads(sys.argv[2]))))")
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); from fastckpt.report import child_main; "
+          "sys.exit(child_main(*sys.argv[1:]))")
 
 
 def _package_root():

@@ -182,6 +182,10 @@ def parse_bytes(value, where):
         if not m or m.group(2).lower() not in _UNITS:
             raise ValueError(f"{where}: cannot read {value!r} as bytes (e.g. 24MiB, 1.5GB, 4096)")
         value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+        if not math.isfinite(value):
+            shown = m.group(0).strip()
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise ValueError(f"{where}: {shown!r} is too many bytes to count")
         if value != int(value):
             raise ValueError(f"{where}: {value} is not a whole number of bytes")
         value = int(value)

@@ -1,0 +1,76 @@
+"""The command's files: ``--data``, ``--out`` and ``--save`` checked before any work, ``--save`` written atomically.
+
+Each check raises a ValueError naming the flag and the path, so a bad path
+costs a second, not a training run.
+"""
+import os
+import tempfile
+
+import numpy as np
+
+
+def check_paths(args):
+    """Refuse a missing ``--data``, an unusable ``--out`` folder or ``--save`` file; create ``--out``."""
+    data = getattr(args, "data", None)
+    if data is not None and not os.path.exists(data):
+        raise ValueError(f"--data {data!r}: no such file or folder")
+    out = getattr(args, "out", None)
+    if out is not None:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise ValueError(f"--out {out!r}: exists and is not a folder")
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {out!r}: cannot create the folder: {exc.strerror}") from None
+        _probe(out, "--out")
+    save = getattr(args, "save", None)
+    if save is not None:
+        target = npz_name(save)
+        folder = os.path.dirname(target) or "."
+        if not os.path.isdir(folder):
+            raise ValueError(f"--save {save!r}: no such folder {folder!r}")
+        if os.path.isdir(save) or os.path.isdir(target):
+            raise ValueError(f"--save {save!r}: is a folder; name the .npz file to write")
+        if os.path.exists(target) and not getattr(args, "force", False):
+            raise ValueError(f"--save {save!r}: {target!r} exists; pass --force to overwrite it")
+        _probe(folder, "--save")
+
+
+def npz_name(path):
+    """The file ``np.savez(path)`` writes: ``path`` with ``.npz`` appended unless it ends so."""
+    path = os.fspath(path)
+    return path if path.endswith(".npz") else path + ".npz"
+
+
+def _probe(folder, flag):
+    """Create and remove a file in ``folder``: the one test of writability that also holds for root."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".fastckpt-probe-")
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot write in {folder!r}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def save_npz(path, arrays):
+    """``np.savez(path, *arrays)`` (names arr_0, arr_1, ...) through a temporary file in the same folder
+    and ``os.replace``: the file at ``path`` is the old one or the whole new one, never half of one."""
+    target = npz_name(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, *arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)                             # as np.savez(path) would create it
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
