@@ -26,14 +26,18 @@ import sys
 
 from . import commands
 from ._files import check_paths
+from .distributed import leave_job
 from .report import RunFailed, builtin_kinds
 from .strategies import parse_strategy
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        """One line and exit 2, as argparse does, without the usage block."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        """One line and exit 2, as argparse does, without the usage block (and the MPI job's end, if
+        other ranks may wait for this one: :func:`~fastckpt.distributed.leave_job`)."""
+        line = f"{self.prog}: error: {message}"
+        leave_job(line, 2)
+        self.exit(2, line + "\n")
 
 
 def _sizes(text):
@@ -192,13 +196,15 @@ def main(argv=None):
     except KeyboardInterrupt:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
-        _say(f"{command}: interrupted (SIGINT)")
+        if not leave_job(f"{command}: interrupted (SIGINT)", 130):
+            _say(f"{command}: interrupted (SIGINT)")
         return 130
     except Exception as exc:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
         code, reason = _failure(exc)
-        _say(f"{command}: error: {reason}")
+        if not leave_job(f"{command}: error: {reason}", code):    # other MPI ranks may wait for this one
+            _say(f"{command}: error: {reason}")
         return code
 
 

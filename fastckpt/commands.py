@@ -13,6 +13,7 @@ from . import memory, report
 from ._files import save_npz
 from ._signals import Stopped, Stopper
 from .data import load_mnist
+from .distributed import launched_ranks
 from .planning import plan as make_plan
 from .plots import plot_depth, plot_tradeoff
 from .strategies import parse_strategy
@@ -194,6 +195,9 @@ def train(args):
     """Train one net (plainly or with a strategy) on one process, on threads, or on MPI ranks."""
     from .checkpointing import NetworkWithCheckpointing
     trainer = rank = None
+    if not args.mpi and launched_ranks() > 1:
+        raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
+                         "--mpi: add --mpi to every rank's command, or run it without mpiexec")
     if args.mpi:
         from .distributed import MPITrainer, RankGuard
         guard = RankGuard()                        # this rank leaving before training ends ends the job

@@ -42,8 +42,11 @@ abort would be needed anyway.
 The command line adds :class:`RankGuard`, for the time before the trainer
 exists: a rank that exits before training ended on every rank (``--data``
 missing on one node while the others wait in their first collective) aborts the
-job.  A shared error is reported by rank 0 alone; the other ranks exit 0
-quietly, since mpiexec's exit status is the OR of the ranks'.
+job, with the command line's one line naming the rank (:func:`leave_job`).  A
+process that mpiexec started beside others but that fails before it reaches
+MPI (its arguments refused, or ``train`` without ``--mpi``) does the same.
+A shared error is reported by rank 0 alone; the other ranks exit 0 quietly,
+since mpiexec's exit status is the OR of the ranks'.
 """
 import atexit
 import hashlib
@@ -58,6 +61,42 @@ from fastckpt.kernels import blas_threads, set_blas_threads
 from ._checks import check_eta, check_positive_int
 from .network import Network
 from .training import check_training, pair, run_epochs
+
+_GUARD = None    # this process's RankGuard, once the command line has made one
+
+
+def launched_ranks():
+    """How many processes mpiexec started with this one (1 when not started by mpiexec)."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def leave_job(line, code):
+    """Called by the command line as it fails: if other ranks may still wait for this one, say ``line``
+    naming this rank and end the whole job with ``code``; else return False (the caller says ``line``).
+
+    Other ranks may wait when this rank fails before its :class:`RankGuard` has seen training end on
+    every rank, or when it was started by mpiexec beside others and never reached MPI at all (bad
+    arguments on one rank, a rank started without ``--mpi``).  A shared error, which every rank raised
+    at once (NOTE [ No rank waits forever ]), needs nothing: the ranks are leaving together.
+    """
+    if _GUARD is not None:
+        if not _GUARD.pending or _GUARD.ranks < 2:
+            return False
+        comm = _GUARD.comm
+    elif launched_ranks() > 1:
+        try:
+            comm = mpi_world()[1]
+        except RuntimeError:
+            return False            # no mpi4py: nothing can end the others, and they cannot be in MPI either
+    else:
+        return False
+    _say(f"{line} (rank {comm.Get_rank()} of {comm.Get_size()}; ending the job)")
+    comm.Abort(code)
+    os._exit(code)
 
 
 def mpi_world():
@@ -243,11 +282,13 @@ class RankGuard:
     """
 
     def __init__(self, comm=None):
+        global _GUARD
         self.MPI, world = mpi_world()
         self.comm = world if comm is None else comm
         self.rank, self.ranks = self.comm.Get_rank(), self.comm.Get_size()
         self.pending = True
         atexit.register(self._at_exit)
+        _GUARD = self
 
     def run(self, train, *args, **kwargs):
         """``train(*args, **kwargs)``, which raises only errors that every rank raises at once

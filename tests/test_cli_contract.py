@@ -55,7 +55,8 @@ def bad_data(tmp_path, mnist):
     idx.mkdir()
 
     def images(a):
-        return b"\0\0\x08\x03" + np.array([len(a), 28, 28], ">u4").tobytes() + (a * 255).round().astype(np.uint8).tobytes()
+        header = b"\0\0\x08\x03" + np.array([len(a), 28, 28], ">u4").tobytes()
+        return header + (a * 255).round().astype(np.uint8).tobytes()
 
     def labels(a):
         return b"\0\0\x08\x01" + np.array([len(a)], ">u4").tobytes() + a.astype(np.uint8).tobytes()

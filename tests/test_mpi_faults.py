@@ -66,14 +66,28 @@ def test_ranks_started_with_different_settings_are_refused_by_rank_0(other, mess
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_rank_that_fails_before_training_ends_the_job(rank):
-    good, bad = [*TRAIN, "--epochs", "50"], [*TRAIN, "--epochs", "50", "--data", "/nonexistent/mnist.npz"]
+@pytest.mark.parametrize("bad, message", [
+    (["--data", "/nonexistent/mnist.npz"], "fastckpt train: error: --data '/nonexistent/mnist.npz': no such file"),
+    (["--sizes", "100,10"], "fastckpt train: error: --sizes 100,10 do not fit the data"),          # past the guard
+    (["--batch-size", "x"], "fastckpt train: error: argument --batch-size: must be an integer, got 'x'"),
+], ids=["data", "sizes", "argument"])
+def test_a_rank_that_fails_before_training_ends_the_job_with_one_line(rank, bad, message):
+    good, bad = [*TRAIN, "--epochs", "50"], [*TRAIN, "--epochs", "50", *bad]
     code, out, err, seconds = mpiexec("-n", "1", *(bad if rank == 0 else good), ":",
                                       "-n", "1", *(good if rank == 0 else bad))
-    assert code != 0 and seconds < LIMIT
-    assert "fastckpt train: error: MNIST data not found: '/nonexistent/mnist.npz'" in err
-    assert f"fastckpt train: rank {rank} of 2 stopped before training ended on every rank" in err
-    assert "Epoch" not in out
+    assert code == 2 and seconds < LIMIT, (code, err)
+    ours = [line for line in err.splitlines() if line.startswith("fastckpt")]
+    assert len(ours) == 1 and ours[0].startswith(message), err                 # one line of ours
+    assert ours[0].endswith(f"(rank {rank} of 2; ending the job)")
+    assert "Epoch" not in out and "Traceback" not in err
+
+
+def test_a_rank_started_without_mpi_beside_mpi_ranks_ends_the_job():
+    code, out, err, seconds = mpiexec("-n", "1", *TRAIN, "--epochs", "50", ":",
+                                      "-n", "1", sys.executable, "-m", "fastckpt", "train", "--epochs", "50")
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert "train runs as one of 2 processes started by mpiexec, but without --mpi" in err
+    assert "(rank 1 of 2; ending the job)" in err and "Epoch" not in out
 
 
 def test_sigint_to_one_rank_during_training_ends_the_job(tmp_path):
