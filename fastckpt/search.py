@@ -181,6 +181,34 @@ def _add_front(cand_ints, cand_cost, m, ints, cost, size):
     return ints, cost, size
 
 
+@_jit
+def _merge_front(a_ints, a_cost, na, b_ints, b_cost, nb, out_ints, out_cost):
+    """The front of fronts ``a`` (earlier splits, first on ties) and ``b`` into ``out``; return its size.
+
+    The same points as :func:`_add_front` of all candidates: a point that an
+    earlier one matches or beats in both peak and cost is never kept.
+    """
+    j = k = size = 0
+    last = np.inf
+    while j < na or k < nb:
+        if k == nb or (j < na and (a_ints[j, 0] < b_ints[k, 0] or
+                                   (a_ints[j, 0] == b_ints[k, 0] and a_cost[j] <= b_cost[k]))):
+            row, c = a_ints, a_cost[j]
+            at = j
+            j += 1
+        else:
+            row, c = b_ints, b_cost[k]
+            at = k
+            k += 1
+        if c < last:
+            last = c
+            for col in range(4):
+                out_ints[size, col] = row[at, col]
+            out_cost[size] = c
+            size += 1
+    return size
+
+
 def multi_front(flops, w, limit):
     """Front over all trees of the whole chain; points above ``limit`` bytes (if given) are dropped.
 
@@ -204,7 +232,11 @@ def multi_front(flops, w, limit):
 @_jit
 def _multi_points(prefix, w, regions, cap):
     """Every sub-chain's front as points: int rows (peak, split, right point, left point), costs,
-    and ``start[s, t] .. stop[s, t]``, the points of steps ``s .. t-1``."""
+    and ``start[s, t] .. stop[s, t]``, the points of steps ``s .. t-1``.
+
+    A sub-chain's front is merged split by split; a split is skipped when a
+    point found already peaks at most its least peak for at most its least cost.
+    """
     n = w.shape[0]
     ints = np.full((1024, 4), -1, dtype=np.int64)
     cost = np.zeros(1024)
@@ -214,12 +246,13 @@ def _multi_points(prefix, w, regions, cap):
     stop = np.zeros((n + 1, n + 1), dtype=np.int64)
     for s in range(n):
         stop[s, s + 1] = 1
-    cand_ints = np.empty((1024, 4), dtype=np.int64)
-    cand_cost = np.empty(1024)
+    front_ints, front_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)   # the sub-chain's front so far
+    cand_ints, cand_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)     # one split's points
+    out_ints, out_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)
     for length in range(2, n + 1):
         for s in range(n - length + 1):
             t = s + length
-            m = 0
+            nf = 0
             for i in range(s + 1, t):
                 region = regions[s, i]
                 if region > cap:
@@ -227,10 +260,16 @@ def _multi_points(prefix, w, regions, cap):
                 rs, re, ls, le = start[i, t], stop[i, t], start[s, i], stop[s, i]
                 if rs == re or ls == le:
                     continue
-                # the cheapest right and left parts under each candidate peak, candidates rising
                 wi, base = w[i], prefix[i] - prefix[s]
                 floor = max(region, wi + ints[rs, 0], ints[ls, 0])
-                r, k, next_r, next_k, last = rs, ls, rs, ls, -1
+                least = base + cost[re - 1] + cost[le - 1]         # fronts' costs fall along them
+                j = 0
+                while j < nf and front_ints[j, 0] <= floor:
+                    j += 1
+                if floor > cap or (j > 0 and front_cost[j - 1] <= least):
+                    continue
+                # the cheapest right and left parts under each candidate peak, candidates rising
+                r, k, next_r, next_k, last, m = rs, ls, rs, ls, -1, 0
                 while next_r < re or next_k < le:
                     if next_k == le or (next_r < re and max(floor, wi + ints[next_r, 0])
                                         <= max(floor, ints[next_k, 0])):
@@ -248,13 +287,23 @@ def _multi_points(prefix, w, regions, cap):
                         r += 1
                     while k + 1 < le and ints[k + 1, 0] <= p:
                         k += 1
-                    cand_ints = _grow(cand_ints, m + 1)
-                    cand_cost = _grow(cand_cost, m + 1)
+                    if m == cand_cost.shape[0]:
+                        cand_ints, cand_cost = _grow(cand_ints, m + 1), _grow(cand_cost, m + 1)
                     cand_ints[m, 0], cand_ints[m, 1], cand_ints[m, 2], cand_ints[m, 3] = p, i, r, k
                     cand_cost[m] = base + cost[r] + cost[k]
                     m += 1
+                if nf + m > out_cost.shape[0]:
+                    out_ints, out_cost = _grow(out_ints, nf + m), _grow(out_cost, nf + m)
+                nf_new = _merge_front(front_ints, front_cost, nf, cand_ints, cand_cost, m, out_ints, out_cost)
+                front_ints, out_ints = out_ints, front_ints
+                front_cost, out_cost = out_cost, front_cost
+                nf = nf_new
             start[s, t] = size
-            ints, cost, size = _add_front(cand_ints, cand_cost, m, ints, cost, size)
+            ints = _grow(ints, size + nf)
+            cost = _grow(cost, size + nf)
+            ints[size:size + nf] = front_ints[:nf]
+            cost[size:size + nf] = front_cost[:nf]
+            size += nf
             stop[s, t] = size
     return ints[:size], cost[:size], start, stop
 
