@@ -21,14 +21,16 @@ The tables are filled by Numba-compiled loops (plain Python, same answers,
 under ``NUMBA_DISABLE_JIT=1``).  With ``n = L + 1`` reverse steps:
 
 * ``revolve_tree`` with ``d < L`` slots: about ``d n^3 / 6`` inner steps and
-  ``4 (d + 1) n^2 + 40 n^2`` bytes.  A sub-chain of ``m`` steps never holds
-  more than ``m - 1`` states, so ``d >= L`` slots is the unbounded search:
-  ``n^3 / 6`` steps and ``44 n^2`` bytes, whatever ``d`` is.
-* ``multi_front``: about ``K n^3 / 3`` steps and ``16 n^2 + 40 N`` bytes, where
+  ``(40 + 4 (d + 1)) n^2`` bytes.  A sub-chain of ``m`` steps never holds more
+  than ``m - 1`` states, so ``d >= L`` slots is the unbounded search:
+  ``n^3 / 6`` steps and ``48 n^2`` bytes, whatever ``d`` is.
+* ``multi_front``: at most ``K n^3 / 3`` steps and ``24 n^2 + 80 N`` bytes, where
   ``K`` is the largest front below the limit and ``N`` the points of all
   fronts (at most ``K n^2 / 2``).  Every point of a front has its own peak, a
   sum of state sizes below the limit, so ``K`` grows with the budget.
-* ``once_front``: about ``K n^2 / 2`` steps and ``8 n^2 + 40 N`` bytes, ``N <= K n``.
+* ``once_front``: about ``K n^2 / 2`` steps and ``8 n^2 + 80 N`` bytes, ``N <= K n``.
+
+docs/planning.md has measurements.
 """
 import math
 
