@@ -138,7 +138,8 @@ class Budget(Strategy):
         search = once_front if self.recompute == "once" else multi_front
         front = search(flops, w, self.nbytes - fixed)
         if not front.peaks:
-            least = fixed + search(flops, w, None).peaks[0]
+            from .search import least_peak
+            least = fixed + least_peak(search, flops, w)
             raise InfeasiblePlan(
                 f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at "
                 f"least {least} bytes ({least / 2**20:.2f} MiB) of activation memory, of which {fixed} "
