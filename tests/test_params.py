@@ -234,6 +234,7 @@ def test_no_module_reads_another_objects_private_attributes():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "other"))):
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "other"))
+                    and ast.unparse(node) != "os._exit"):                  # documented, not private
                 offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders, offenders

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import fastckpt
-from fastckpt.schedule import forward_flops, keep_all, state_bytes
+from fastckpt.costs import forward_flops, state_bytes
 from fastckpt.search import least_peak, multi_front, once_front, region_table, revolve_tree
 from fastckpt.strategies import Budget, Revolve
+from fastckpt.trees import keep_all
 
 
 class _Old:

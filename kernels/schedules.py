@@ -1,0 +1,236 @@
+"""Compiled loops of the checkpoint planner's dynamic programs (:mod:`fastckpt.search` decides).
+
+Cost, peak and Pareto-front tables over sub-chains of a chain of layers, on
+int64 byte counts and float64 FLOP prefix sums.  Unlike the step kernels,
+these size and grow their own tables: they run once per plan, not per step.
+No ``fastmath``: ties between equal costs must stay ties, so the trees do not
+depend on the CPU.
+"""
+import numpy as np
+
+from ._jit import kernel
+
+
+@kernel
+def region_table_of(w):
+    """:func:`region_table` of int64 state bytes ``w``."""
+    n = w.shape[0]
+    table = np.zeros((n, n), dtype=np.int64)
+    for s in range(n - 1):
+        region = w[s + 1]
+        table[s, s + 1] = region
+        for i in range(s + 2, n):
+            region = max(region, w[i - 1] + w[i])
+            table[s, i] = region
+    return table
+
+
+@kernel
+def revolve_splits(prefix, w, regions, slots, unbounded):
+    """``split[d, s, t]`` of the least-(FLOPs, peak) trees, first split on ties, for depths 1 .. slots.
+
+    Depth ``d`` needs only depth ``d - 1``, so cost and peak roll over two
+    layers.  ``unbounded`` fills one layer whose right children use it too.
+    """
+    n = w.shape[0]
+    cost = np.full((2, n + 1, n + 1), np.inf)
+    peak = np.zeros((2, n + 1, n + 1), dtype=np.int64)
+    split = np.zeros((slots + 1, n + 1, n + 1), dtype=np.int32)
+    for s in range(n):
+        cost[0, s, s + 1] = 0.0
+        cost[1, s, s + 1] = 0.0
+    for d in range(1, slots + 1):
+        cur = d % 2
+        prev = cur if unbounded else 1 - cur
+        for length in range(2, n + 1):
+            for s in range(n - length + 1):
+                t = s + length
+                best_c, best_p, best_i = np.inf, 0, 0
+                for i in range(s + 1, t):
+                    c = prefix[i] - prefix[s] + cost[prev, i, t] + cost[cur, s, i]
+                    if c > best_c:
+                        continue
+                    p = max(regions[s, i], w[i] + peak[prev, i, t], peak[cur, s, i])
+                    if c < best_c or p < best_p:
+                        best_c, best_p, best_i = c, p, i
+                cost[cur, s, t] = best_c
+                peak[cur, s, t] = best_p
+                split[d, s, t] = best_i
+    return split
+
+
+@kernel
+def grow(a, size):
+    """``a`` itself if it holds ``size`` rows, else a copy with room for twice as many."""
+    if size <= a.shape[0]:
+        return a
+    out = np.empty((2 * size,) + a.shape[1:], dtype=a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
+@kernel
+def add_front(cand_ints, cand_cost, m, ints, cost, size):
+    """Append the Pareto-optimal ones of the ``m`` candidates to the points; return (ints, cost, size).
+
+    Candidates are rows (peak, split, right, left) and their costs; sorted
+    stably by (peak, cost), a point is kept when it costs less than every one
+    before it, so of equal points the first candidate wins.
+    """
+    order = np.argsort(cand_cost[:m], kind="mergesort")
+    order = order[np.argsort(cand_ints[:m, 0][order], kind="mergesort")]
+    last = np.inf
+    for j in order:
+        if cand_cost[j] < last:
+            last = cand_cost[j]
+            ints = grow(ints, size + 1)
+            cost = grow(cost, size + 1)
+            ints[size] = cand_ints[j]
+            cost[size] = last
+            size += 1
+    return ints, cost, size
+
+
+@kernel
+def merge_front(a_ints, a_cost, na, b_ints, b_cost, nb, out_ints, out_cost):
+    """The front of fronts ``a`` (earlier splits, first on ties) and ``b`` into ``out``; return its size.
+
+    The same points as :func:`add_front` of all candidates: a point that an
+    earlier one matches or beats in both peak and cost is never kept.
+    """
+    j = k = size = 0
+    last = np.inf
+    while j < na or k < nb:
+        if k == nb or (j < na and (a_ints[j, 0] < b_ints[k, 0] or
+                                   (a_ints[j, 0] == b_ints[k, 0] and a_cost[j] <= b_cost[k]))):
+            row, c = a_ints, a_cost[j]
+            at = j
+            j += 1
+        else:
+            row, c = b_ints, b_cost[k]
+            at = k
+            k += 1
+        if c < last:
+            last = c
+            for col in range(4):
+                out_ints[size, col] = row[at, col]
+            out_cost[size] = c
+            size += 1
+    return size
+
+
+@kernel
+def multi_points(prefix, w, regions, cap):
+    """Every sub-chain's front as points: int rows (peak, split, right point, left point), costs,
+    and ``start[s, t] .. stop[s, t]``, the points of steps ``s .. t-1``.
+
+    A sub-chain's front is merged split by split; a split is skipped when a
+    point found already peaks at most its least peak for at most its least cost.
+    """
+    n = w.shape[0]
+    ints = np.full((1024, 4), -1, dtype=np.int64)
+    cost = np.zeros(1024)
+    ints[0, 0] = 0                                       # the leaf: no bytes, no FLOPs
+    size = 1
+    start = np.zeros((n + 1, n + 1), dtype=np.int64)
+    stop = np.zeros((n + 1, n + 1), dtype=np.int64)
+    for s in range(n):
+        stop[s, s + 1] = 1
+    front_ints, front_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)   # the sub-chain's front so far
+    cand_ints, cand_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)     # one split's points
+    out_ints, out_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)
+    for length in range(2, n + 1):
+        for s in range(n - length + 1):
+            t = s + length
+            nf = 0
+            for i in range(s + 1, t):
+                region = regions[s, i]
+                if region > cap:
+                    break                                # regions only widen with i
+                rs, re, ls, le = start[i, t], stop[i, t], start[s, i], stop[s, i]
+                if rs == re or ls == le:
+                    continue
+                wi, base = w[i], prefix[i] - prefix[s]
+                floor = max(region, wi + ints[rs, 0], ints[ls, 0])
+                least = base + cost[re - 1] + cost[le - 1]         # fronts' costs fall along them
+                j = 0
+                while j < nf and front_ints[j, 0] <= floor:
+                    j += 1
+                if floor > cap or (j > 0 and front_cost[j - 1] <= least):
+                    continue
+                # the cheapest right and left parts under each candidate peak, candidates rising
+                r, k, next_r, next_k, last, m = rs, ls, rs, ls, -1, 0
+                while next_r < re or next_k < le:
+                    if next_k == le or (next_r < re and max(floor, wi + ints[next_r, 0])
+                                        <= max(floor, ints[next_k, 0])):
+                        p = max(floor, wi + ints[next_r, 0])
+                        next_r += 1
+                    else:
+                        p = max(floor, ints[next_k, 0])
+                        next_k += 1
+                    if p == last:
+                        continue
+                    if p > cap:
+                        break
+                    last = p
+                    while r + 1 < re and wi + ints[r + 1, 0] <= p:
+                        r += 1
+                    while k + 1 < le and ints[k + 1, 0] <= p:
+                        k += 1
+                    if m == cand_cost.shape[0]:
+                        cand_ints, cand_cost = grow(cand_ints, m + 1), grow(cand_cost, m + 1)
+                    cand_ints[m, 0], cand_ints[m, 1], cand_ints[m, 2], cand_ints[m, 3] = p, i, r, k
+                    cand_cost[m] = base + cost[r] + cost[k]
+                    m += 1
+                if nf + m > out_cost.shape[0]:
+                    out_ints, out_cost = grow(out_ints, nf + m), grow(out_cost, nf + m)
+                nf_new = merge_front(front_ints, front_cost, nf, cand_ints, cand_cost, m, out_ints, out_cost)
+                front_ints, out_ints = out_ints, front_ints
+                front_cost, out_cost = out_cost, front_cost
+                nf = nf_new
+            start[s, t] = size
+            ints = grow(ints, size + nf)
+            cost = grow(cost, size + nf)
+            ints[size:size + nf] = front_ints[:nf]
+            cost[size:size + nf] = front_cost[:nf]
+            size += nf
+            stop[s, t] = size
+    return ints[:size], cost[:size], start, stop
+
+
+@kernel
+def once_points(prefix, w, regions, cap):
+    """The fronts of the spines from each ``a[s]``, as :func:`multi_points` stores them (left = ``s``)."""
+    n_layers = w.shape[0] - 1
+    ints = np.full((1024, 4), -1, dtype=np.int64)
+    cost = np.zeros(1024)
+    ints[0, 0] = 0                                       # a[L] reached: the last segment, kept, is done
+    cost[0] = prefix[n_layers]
+    size = 1
+    start = np.zeros(n_layers + 1, dtype=np.int64)
+    stop = np.zeros(n_layers + 1, dtype=np.int64)
+    stop[n_layers] = 1
+    cand_ints = np.empty((1024, 4), dtype=np.int64)
+    cand_cost = np.empty(1024)
+    for s in range(n_layers - 1, -1, -1):
+        m = 0
+        kept_inside = 0                                  # bytes of a[s+1 .. i-1]
+        for i in range(s + 1, n_layers + 1):
+            if i > s + 1:
+                kept_inside += w[i - 1]
+            floor = max(regions[s, i], kept_inside)
+            if floor > cap:
+                break
+            recompute = prefix[i - 1] - prefix[s] if i > s + 1 else 0.0
+            for g in range(start[i], stop[i]):
+                p = max(floor, w[i] + ints[g, 0])
+                if p <= cap:
+                    cand_ints = grow(cand_ints, m + 1)
+                    cand_cost = grow(cand_cost, m + 1)
+                    cand_ints[m, 0], cand_ints[m, 1], cand_ints[m, 2], cand_ints[m, 3] = p, i, g, s
+                    cand_cost[m] = cost[g] + recompute
+                    m += 1
+        start[s] = size
+        ints, cost, size = add_front(cand_ints, cand_cost, m, ints, cost, size)
+        stop[s] = size
+    return ints[:size], cost[:size], start, stop
