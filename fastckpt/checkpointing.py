@@ -1,7 +1,7 @@
 """The lab's ``NetworkWithCheckpointing``: a :class:`~fastckpt.network.Network` with a checkpoint strategy."""
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, check_sizes
 from .network import Network
 from .strategies import EveryNth, parse_strategy
 
@@ -37,8 +37,8 @@ class NetworkWithCheckpointing(Network):
             n = 2 if checkpoint_every_nth_layer is None else checkpoint_every_nth_layer
             strategy = EveryNth(check_positive_int(n, "checkpoint_every_nth_layer"))
         strategy = parse_strategy(strategy)
+        strategy.check(check_sizes(sizes))               # e.g. segments(k > L): refused before any draw
         super().__init__(sizes, dtype, **kwargs)
-        strategy.check(self.sizes)                       # e.g. segments(k > L), before any batch is known
         self.strategy = strategy
         self.checkpoint_every_nth_layer = getattr(strategy, "n", None)
 

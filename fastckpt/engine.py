@@ -141,6 +141,9 @@ class Engine:
         :meth:`Parameters.new_buffer`) their weight and bias blocks are also
         written there, or added to what it holds when ``add``.
         """
+        self._check(params)
+        if out is not None:
+            params.check_buffer(out, "out")
         with self._running():
             xb, yb = self.batch(x, y, names)
             flat = self.grad
@@ -164,6 +167,7 @@ class Engine:
             loss = self.gradients(params, x, y, names=names)
             params.update(self.grad, eta)
             return loss
+        self._check(params)
         with self._running():
             xb, yb = self.batch(x, y, names)
             weights, biases = params.layers()
@@ -181,6 +185,12 @@ class Engine:
         return total
 
     # -- the step --------------------------------------------------------------------------
+    def _check(self, params):
+        plan = self.plan
+        if tuple(params.sizes) != plan.sizes or params.dtype != plan.dtype:
+            raise ValueError(f"params are for {list(params.sizes)} in {params.dtype.name}, but this engine's plan "
+                             f"is for {list(plan.sizes)} in {plan.dtype.name}")
+
     def _running(self):
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("this Engine is already running a step in another thread; "

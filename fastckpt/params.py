@@ -91,6 +91,15 @@ class Parameters:
             self._flush()
         return self._views[kind][layer]
 
+    def check_buffer(self, buf, name):
+        """Refuse ``buf`` unless it is a flat buffer of this layout: 1-D, C-contiguous, of the stored dtype."""
+        if not isinstance(buf, np.ndarray) or buf.shape != self._flat.shape or buf.dtype != self.dtype \
+                or not buf.flags.c_contiguous:
+            got = f"shape {buf.shape} of {buf.dtype}" if isinstance(buf, np.ndarray) else type(buf).__name__
+            raise ValueError(f"{name} must be a flat {self.dtype.name} buffer of {self._flat.shape[0]} numbers "
+                             f"(Parameters.new_buffer()), got {got}")
+        return buf
+
     def new_buffer(self):
         """A zeroed flat buffer in the same layout and dtype (for gradients or their sums)."""
         return np.zeros_like(self._flat)
@@ -123,6 +132,7 @@ class Parameters:
     def update(self, grad, eta):
         """``flat -= eta * grad`` over the blocks, unless a parameter would become NaN or inf in the
         stored dtype: then nothing changes and FloatingPointError is raised."""
+        self.check_buffer(grad, "grad")
         with self.lock:
             if not sgd_step(self.flat, grad, eta, self.blocks):
                 raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")

@@ -203,8 +203,10 @@ def test_a_searching_strategy_runs_once_at_the_batch_size_of_the_step(rng, monke
         tight.update_mini_batch(rng.random((64, 10)), rng.random((64, 3)), 0.1)
     for a, b in zip(before, _params(tight)):
         np.testing.assert_array_equal(a, b)
+    state = np.random.get_state()[1].copy()
     with pytest.raises(ValueError, match=r"segments\(k\): k must be <= the 2 layers"):
         NetworkWithCheckpointing([4, 3, 2], strategy="segments(3)")
+    np.testing.assert_array_equal(np.random.get_state()[1], state)     # refused before drawing any weight
 
 
 def test_plans_compare_and_hash_by_value():
@@ -238,3 +240,21 @@ def test_no_module_reads_another_objects_private_attributes():
                     and ast.unparse(node) != "os._exit"):                  # documented, not private
                 offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders, offenders
+
+
+def test_the_engine_surface_refuses_buffers_and_parameters_of_another_layout(rng):
+    net, other = Network([6, 5, 3]), Network([6, 4, 3])
+    x, y = rng.random((4, 6)), rng.random((4, 3))
+    before = _params(net)
+    for bad in (np.zeros(7), net.params.new_buffer().astype(np.float32), net.params.new_buffer()[::2], [0.0]):
+        with pytest.raises(ValueError, match=r"grad must be a flat float64 buffer of \d+ numbers"):
+            net.params.update(bad, 0.1)
+    with pytest.raises(ValueError, match=r"out must be a flat float64 buffer"):
+        net.engine(4).gradients(net.params, x, y, out=np.zeros(3))
+    with pytest.raises(ValueError, match=r"params are for \[6, 4, 3\] in float64, but this engine's plan is for "
+                                         r"\[6, 5, 3\]"):
+        net.engine(4).gradients(other.params, x, y)
+    with pytest.raises(ValueError, match=r"x has 9 samples, more than the 4 this engine's plan is for"):
+        net.engine(4).gradients(net.params, rng.random((9, 6)), rng.random((9, 3)))
+    for a, b in zip(before, _params(net)):
+        np.testing.assert_array_equal(a, b)
