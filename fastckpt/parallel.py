@@ -12,7 +12,7 @@ in worker order.  So the update is the same, bit for bit, whatever the
 threads' timing.  With same-size minibatches it equals one step on their
 concatenation, up to the rounding of that summation order.
 """
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -99,8 +99,10 @@ class DataParallel:
             try:
                 if self._pool is None:
                     results = [work(0)]
-                else:
-                    results = list(self._pool.map(work, range(min(self.threads, len(xs)))))
+                else:                                           # every worker ends before anything is raised
+                    futures = [self._pool.submit(work, w) for w in range(min(self.threads, len(xs)))]
+                    wait(futures)
+                    results = [f.result() for f in futures]
             finally:
                 if self._pool is not None and threads > 1:
                     set_blas_threads(threads)

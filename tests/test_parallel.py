@@ -89,3 +89,19 @@ def test_bad_arguments_are_named():
             dp.update_mini_batches([np.ones((2, 4))] * 2, [np.full((2, 2), 1e300)] * 2, 1e300)
         for a, b in zip(before, net.weights):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_minibatch_on_one_worker_changes_nothing_and_leaves_no_worker_running(rng):
+    np.random.seed(0)
+    net = Network([30, 20, 10])
+    before = [a.copy() for a in net.weights + net.biases]
+    xs, ys = rng.random((4, 64, 30)), rng.random((4, 64, 10))
+    xs[1, 5, 3] = np.nan                                   # worker 1's first minibatch
+    with DataParallel(net, threads=2) as dp:
+        with pytest.raises(ValueError, match=r"x_batches\[1\] contains NaN"):
+            dp.update_mini_batches(xs, ys, 0.5)
+        for a, b in zip(before, net.weights + net.biases):
+            np.testing.assert_array_equal(a, b)
+        xs[1, 5, 3] = 0.5
+        dp.update_mini_batches(xs, ys, 0.5)                # no engine is still busy from the failed update
+    assert any(not np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
