@@ -49,6 +49,7 @@ def check_eta(eta):
 
 def as_batch(a, width, name, role):
     """View ``a`` as (batch, width): accepts (batch, width) and the lab's (batch, width, 1)."""
+    refuse_masked(a, name)
     arr = np.asarray(a)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
@@ -65,6 +66,27 @@ def as_batch(a, width, name, role):
     return arr
 
 
+def refuse_masked(a, name):
+    """A masked array's mask would be silently ignored: refuse it."""
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array; its mask would be ignored: pass np.ma.filled(...) "
+                        "or drop the masked samples first")
+
+
+def check_finite_rows(arr, name, chunk=4096):
+    """Raise a ValueError naming ``name`` and the first bad index if the (n, m) array holds NaN or inf,
+    checked in chunks of rows (no temporary the size of the data)."""
+    if arr.dtype.kind != "f":
+        return
+    for i in range(0, arr.shape[0], chunk):
+        part = arr[i:i + chunk]
+        if not np.isfinite(part).all():
+            bad = np.argwhere(~np.isfinite(part))[0]
+            bad[0] += i
+            raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(k) for k in bad)}: "
+                             f"{arr[tuple(bad)]!r}); nothing was trained")
+
+
 def nonfinite_error(name, arr):
     bad = np.argwhere(~np.isfinite(arr))[0]
     return ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)}: "
@@ -75,3 +97,20 @@ def check_finite(arr, name):
     """Raise a ValueError naming ``name`` if the contiguous array holds NaN or inf."""
     if arr.dtype.kind == "f" and not all_finite(arr):
         raise nonfinite_error(name, arr)
+
+
+def check_l2(l2, n_layers):
+    """One non-negative finite float per layer."""
+    values = list(l2) if np.ndim(l2) == 1 else [l2] * n_layers
+    if len(values) != n_layers:
+        raise ValueError(f"l2 must be one number or one per layer ({n_layers}), got {len(values)} values")
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"l2 must hold real numbers, got {v!r}") from None
+        if not np.isfinite(f) or f < 0:
+            raise ValueError(f"l2 must be finite and >= 0, got {v!r}")
+        out.append(f)
+    return tuple(out)

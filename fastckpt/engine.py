@@ -25,9 +25,10 @@ from fastckpt.kernels import (
     dense_forward,
     dense_forward_log_softmax,
     quadratic_delta,
+    sum_squares,
 )
 
-from ._checks import as_batch, check_finite
+from ._checks import as_batch, check_eta, check_finite, check_l2
 from .costs import layer_views, param_layout
 from .workspace import FWD, LOSS, Workspace
 
@@ -85,7 +86,7 @@ class Engine:
         self.trace = None                        # set to a list to record (op, layer) events
         self.loss = loss
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
-        self.l2 = tuple(float(v) for v in l2) if np.ndim(l2) == 1 else (float(l2),) * plan.n_layers
+        self.l2 = check_l2(l2, plan.n_layers)
         self._grad = None                        # gradients outside the arena, made on first need
         self._busy = threading.Lock()
 
@@ -138,22 +139,22 @@ class Engine:
         """The batch-mean gradients of ``(x, y)`` at ``params``; returns the mean loss.
 
         They are left in :attr:`grad`.  With ``out`` (a flat buffer from
-        :meth:`Parameters.new_buffer`) their weight and bias blocks are also
-        written there, or added to what it holds when ``add``.
+        :meth:`Parameters.new_buffer`, not the parameters' own nor this
+        engine's) their weight and bias blocks are also written there, or added
+        to what it holds when ``add``.  The engine does not take ``params.lock``:
+        hold it when other threads may change the same parameters.
         """
         self._check(params)
         if out is not None:
             params.check_buffer(out, "out")
+            if np.may_share_memory(out, params.flat) or np.may_share_memory(out, self.workspace.activations):
+                raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
         with self._running():
-            xb, yb = self.batch(x, y, names)
-            flat = self.grad
-            gw, gb = layer_views(flat, self.plan.sizes)
-            weights, biases = params.layers()
-            loss = self._run(xb, yb, weights, biases, gw, gb, None)
+            loss = self._gradients(params, x, y, names)
             if out is not None:
                 if not add:
                     out[...] = 0.0
-                accumulate(out, flat, params.blocks)
+                accumulate(out, self.grad, params.blocks)
             return loss
 
     def sgd(self, params, x, y, eta, *, names=("x", "y")):
@@ -163,15 +164,22 @@ class Engine:
         as its gradient is final, else the gradients are computed and then
         applied all at once (refused whole if a parameter would become NaN or inf).
         """
-        if not self.plan.optimizer_in_backward:
-            loss = self.gradients(params, x, y, names=names)
-            params.update(self.grad, eta)
-            return loss
+        eta = check_eta(eta)
         self._check(params)
         with self._running():
+            if not self.plan.optimizer_in_backward:
+                loss = self._gradients(params, x, y, names)
+                params.update(self.grad, eta)
+                return loss
             xb, yb = self.batch(x, y, names)
             weights, biases = params.layers()
             return self._run(xb, yb, weights, biases, None, None, eta)
+
+    def _gradients(self, params, x, y, names):
+        xb, yb = self.batch(x, y, names)
+        gw, gb = layer_views(self.grad, self.plan.sizes)
+        weights, biases = params.layers()
+        return self._run(xb, yb, weights, biases, gw, gb, None)
 
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
@@ -181,7 +189,8 @@ class Engine:
         for coef, w in zip(self.l2, weights):
             if coef:
                 flat = w.reshape(-1)
-                total += 0.5 * coef * float(np.dot(flat, flat))
+                # float64 through BLAS; float32 summed in float64, where its squares cannot overflow
+                total += 0.5 * coef * (float(np.dot(flat, flat)) if flat.itemsize == 8 else sum_squares(flat))
         return total
 
     # -- the step --------------------------------------------------------------------------

@@ -3,7 +3,16 @@ import copy
 
 import numpy as np
 
-from ._checks import as_batch, check_dtype, check_eta, check_finite, check_sizes
+from ._checks import (
+    as_batch,
+    check_dtype,
+    check_eta,
+    check_finite,
+    check_finite_rows,
+    check_l2,
+    check_sizes,
+    refuse_masked,
+)
 from .engine import Engine, forward
 from .params import Parameters
 from .planning import plan as make_plan
@@ -30,7 +39,8 @@ class Network:
         Apply each layer's SGD update as soon as its gradient is final
         (default False): no gradient buffers, so less memory.  An update that
         would go NaN or inf is then caught at its layer, after the layers
-        above it were updated; the default mode refuses it whole.
+        above it were updated, and that layer may hold the NaN or inf; the
+        default mode refuses it whole.
     loss : {"quadratic", "cross_entropy"}, optional
         ``"quadratic"`` (default, the lab's): sigmoid output and
         ``0.5 * ||a - y||^2``.  ``"cross_entropy"``: softmax output and
@@ -58,9 +68,9 @@ class Network:
     ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give an independent net
     that trains exactly as the original would.  One net may be used from
     several threads: each call that reads or writes its parameters
-    (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, ...)
-    holds its lock, so concurrent calls run one after the other, with the
-    result of some sequential order.
+    (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, a
+    whole ``SGD`` run, ...) holds its lock, so concurrent calls run one after
+    the other, with the result of some sequential order.
     """
 
     strategy = Plain()
@@ -72,7 +82,7 @@ class Network:
             raise ValueError(f"loss must be 'quadratic' (sigmoid output) or 'cross_entropy' (softmax output), "
                              f"got {loss!r}")
         self.loss = loss
-        self.l2 = _check_l2(l2, len(sizes) - 1)
+        self.l2 = check_l2(l2, len(sizes) - 1)
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
@@ -223,40 +233,30 @@ class Network:
     def evaluate(self, x_test_data, y_test_data):
         """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
+        refuse_masked(y_test_data, "y_test_data")
         y = np.asarray(y_test_data)
         if y.ndim == 3 and y.shape[2] == 1:
             y = y[:, :, 0]
         if y.ndim == 2:
-            y = as_batch(y, self.sizes[-1], "y_test_data", "output").argmax(axis=1)
+            y = as_batch(y, self.sizes[-1], "y_test_data", "output")
+            check_finite_rows(y, "y_test_data")
+            y = y.argmax(axis=1)
         elif y.ndim != 1 or y.dtype.kind not in "iu":
             raise ValueError(f"y_test_data must be one-hot (n, {self.sizes[-1]}) or integer labels (n,), "
                              f"got shape {y.shape} and dtype {y.dtype}")
         if y.shape[0] != x.shape[0]:
             raise ValueError(f"x_test_data has {x.shape[0]} samples but y_test_data has {y.shape[0]}")
+        if y.size and (y.min() < 0 or y.max() >= self.sizes[-1]):
+            raise ValueError(f"y_test_data holds labels from {y.min()} to {y.max()}, but the net has "
+                             f"{self.sizes[-1]} outputs (labels 0..{self.sizes[-1] - 1})")
         hits = 0
-        for i in range(0, x.shape[0], _EVAL_CHUNK):
-            chunk = np.ascontiguousarray(x[i:i + _EVAL_CHUNK], dtype=self.dtype)
-            check_finite(chunk, "x_test_data")
-            out = self._forward(chunk, 0, self.num_layers - 1)[-1]
-            hits += int(np.count_nonzero(out.argmax(axis=1) == y[i:i + _EVAL_CHUNK]))
+        with self.params.lock:                                 # every chunk sees the same parameters
+            for i in range(0, x.shape[0], _EVAL_CHUNK):
+                chunk = np.ascontiguousarray(x[i:i + _EVAL_CHUNK], dtype=self.dtype)
+                check_finite(chunk, "x_test_data")
+                out = self._forward(chunk, 0, self.num_layers - 1)[-1]
+                hits += int(np.count_nonzero(out.argmax(axis=1) == y[i:i + _EVAL_CHUNK]))
         return hits / x.shape[0]
-
-
-def _check_l2(l2, n_layers):
-    """One non-negative finite float per layer."""
-    values = list(l2) if np.ndim(l2) == 1 else [l2] * n_layers
-    if len(values) != n_layers:
-        raise ValueError(f"l2 must be one number or one per layer ({n_layers}), got {len(values)} values")
-    out = []
-    for v in values:
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"l2 must hold real numbers, got {v!r}") from None
-        if not np.isfinite(f) or f < 0:
-            raise ValueError(f"l2 must be finite and >= 0, got {v!r}")
-        out.append(f)
-    return tuple(out)
 
 
 def _draw_normal(out):

@@ -76,6 +76,9 @@ class DataParallel:
         if not xs or len(xs) != len(ys):
             raise ValueError("x_batches and y_batches must be non-empty and of one length, "
                              f"got {len(xs)} and {len(ys)}")
+        if any(np.ndim(x) < 2 for x in xs + ys):
+            raise ValueError("x_batches and y_batches must hold minibatches of samples, (batch, n) arrays each, "
+                             f"got shapes {sorted({np.shape(a) for a in xs + ys})}")
         sizes = {np.shape(x)[0] for x in xs}
         if len(sizes) != 1:
             raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
@@ -92,8 +95,11 @@ class DataParallel:
                 losses.append((k, loss))
             return losses
 
+        if self.threads > 1 and self._pool is None:
+            raise RuntimeError("this DataParallel is closed; make a new one")
         threads = blas_threads()
         with params.lock:                                       # the workers only read the parameters
+            params.layers()                                     # pending assignments written here, not by a worker
             if self._pool is not None and threads > 1:
                 set_blas_threads(1)
             try:

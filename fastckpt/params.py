@@ -27,7 +27,7 @@ import numpy as np
 
 from fastckpt.kernels import all_finite, sgd_step
 
-from ._checks import check_dtype, check_sizes, nonfinite_error
+from ._checks import check_dtype, check_eta, check_sizes, nonfinite_error, refuse_masked
 from .costs import layer_views, param_blocks, param_layout
 
 
@@ -133,6 +133,7 @@ class Parameters:
         """``flat -= eta * grad`` over the blocks, unless a parameter would become NaN or inf in the
         stored dtype: then nothing changes and FloatingPointError is raised."""
         self.check_buffer(grad, "grad")
+        eta = check_eta(eta)
         with self.lock:
             if not sgd_step(self.flat, grad, eta, self.blocks):
                 raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
@@ -147,6 +148,7 @@ class Parameters:
         """``value`` as an array of the view's shape and the stored dtype, finite; never ``value`` cast in place."""
         name = f"{kind}[{layer}]"
         view = self._views[kind][layer]
+        refuse_masked(value, name)
         arr = np.asarray(value)
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"{name} must hold real numbers, got {type(value).__name__} of dtype {arr.dtype}")
@@ -186,6 +188,8 @@ class Parameters:
         if flat.shape != (expected,) or flat.dtype != self.dtype:
             raise ValueError(f"pickled parameters of {list(self.sizes)} need {expected} {self.dtype.name} "
                              f"numbers, got shape {flat.shape} of {flat.dtype}")
+        if not all_finite(flat):
+            raise ValueError(f"pickled parameters of {list(self.sizes)} hold NaN or inf")
         self._flat = np.array(flat, dtype=self.dtype, copy=True)
         self._setup()
 

@@ -8,7 +8,7 @@ import warnings
 
 import psutil
 
-from ._checks import as_batch, check_eta, check_positive_int
+from ._checks import as_batch, check_eta, check_finite_rows, check_positive_int
 
 
 def check_training(net, training_data, epochs, mini_batch_size, eta):
@@ -17,8 +17,8 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     epochs = check_positive_int(epochs, "epochs", minimum=0)
     mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
     eta = check_eta(eta)
-    as_batch(x_train, net.sizes[0], "training_data[0]", "input")
-    as_batch(y_train, net.sizes[-1], "training_data[1]", "output")
+    check_finite_rows(as_batch(x_train, net.sizes[0], "training_data[0]", "input"), "training_data[0]")
+    check_finite_rows(as_batch(y_train, net.sizes[-1], "training_data[1]", "output"), "training_data[1]")
     n = len(x_train)
     if len(y_train) != n:
         raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
@@ -44,31 +44,33 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None):
     """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
 
     Records the process RSS before each update and its duration, evaluates and
-    prints per epoch as the lab does; returns (memusage, updatetime).
+    prints per epoch as the lab does; returns (memusage, updatetime).  The whole
+    run holds the net's lock: it is one call, and other threads' calls wait for it.
     """
     if test_data is not None:
         x_test, y_test = pair(test_data, "test_data")
     process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
-    net.accuracies = []
-    for j in range(epochs):
-        for i, group in enumerate(groups):
-            t0 = time.perf_counter()
-            memusage.append(process.memory_info().rss)
-            try:
-                update(group)
-            except FloatingPointError as exc:
-                raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
-            updatetime.append(time.perf_counter() - t0)
-            if progress is not None:
-                progress(j, i + 1, len(groups))
-        if test_data is not None:
-            acc = net.evaluate(x_test, y_test)
-            net.accuracies.append(acc)
-            if verbose:
-                print("Epoch: {0}, Accuracy: {1}".format(j, acc), flush=True)
-        elif verbose:
-            print("Epoch: {0}".format(j), flush=True)
+    with net.params.lock:
+        net.accuracies = []
+        for j in range(epochs):
+            for i, group in enumerate(groups):
+                t0 = time.perf_counter()
+                memusage.append(process.memory_info().rss)
+                try:
+                    update(group)
+                except FloatingPointError as exc:
+                    raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
+                updatetime.append(time.perf_counter() - t0)
+                if progress is not None:
+                    progress(j, i + 1, len(groups))
+            if test_data is not None:
+                acc = net.evaluate(x_test, y_test)
+                net.accuracies.append(acc)
+                if verbose:
+                    print("Epoch: {0}, Accuracy: {1}".format(j, acc), flush=True)
+            elif verbose:
+                print("Epoch: {0}".format(j), flush=True)
     return memusage, updatetime
 
 

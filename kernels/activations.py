@@ -153,6 +153,6 @@ def bias_log_softmax(z, b, scratch):
         total = 0.0
         for j in range(n):
             total += scratch[j]
-        lse = m + np.log(total)
+        lse = m + math.log(total)                  # libm's log, compiled or not
         for j in range(n):
             zi[j] = np.float64(zi[j]) + np.float64(b[j]) - lse

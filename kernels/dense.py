@@ -21,6 +21,7 @@ many sigmoid layers float32 deltas sink below 1.2e-38, where the CPU computes
 slowly and they carry no information the next GEMM could keep.
 Every kernel writes into arrays its caller passes; none allocates.
 """
+
 import numpy as np
 
 from ._jit import inline, kernel
@@ -86,7 +87,8 @@ def _delta_in(a_in, w, dz_out, dz_in):
         ai = a_in[i]
         di = dz_in[i]
         for j in range(n_in):
-            v = np.float64(di[j]) * ai[j] * (1.0 - ai[j])
+            aij = np.float64(ai[j])                   # float64 in Python too (NumPy 2 keeps float32)
+            v = np.float64(di[j]) * aij * (1.0 - aij)
             di[j] = v if abs(v) >= tiny else 0.0
 
 
@@ -119,7 +121,7 @@ def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.
     if l2 != 0.0:
         for r in range(n_out):
             for c in range(n_in):
-                grad_w[r, c] += l2 * w[r, c]
+                grad_w[r, c] += np.float64(l2) * np.float64(w[r, c])
     if dz_in.shape[0] > 0:
         _delta_in(a_in, w, dz_out, dz_in)
 

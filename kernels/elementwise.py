@@ -3,6 +3,8 @@
 Finiteness is an integer OR over ``x - x != 0`` (NaN for NaN and inf): integer
 reductions are associative, so LLVM vectorizes them without ``fastmath``.
 """
+import math
+
 import numpy as np
 
 from ._jit import inline, kernel
@@ -28,7 +30,8 @@ def quadratic_delta(a, y, dz):
     for i in range(batch):
         for j in range(n):
             e = a[i, j] - y[i, j]
-            v = np.float64(e) * a[i, j] * (1.0 - a[i, j])
+            aij = np.float64(a[i, j])                 # float64 in Python too (NumPy 2 keeps float32)
+            v = np.float64(e) * aij * (1.0 - aij)
             dz[i, j] = v if abs(v) >= tiny else 0.0           # no subnormal deltas, as in dense.py
             loss += 0.5 * np.float64(e) * e
     return loss / batch
@@ -43,7 +46,7 @@ def cross_entropy_delta(logp, y, dz):
     loss = 0.0
     for i in range(batch):
         for j in range(n):
-            v = np.exp(np.float64(logp[i, j])) - y[i, j]
+            v = math.exp(np.float64(logp[i, j])) - np.float64(y[i, j])   # libm's exp, compiled or not
             dz[i, j] = v if abs(v) >= tiny else 0.0
             if y[i, j] != 0:
                 loss -= np.float64(y[i, j]) * logp[i, j]
@@ -71,13 +74,13 @@ def sgd_step(p, g, eta, blocks):
     bad = 0
     for k in range(blocks.shape[0]):
         for i in range(blocks[k, 0], blocks[k, 1]):
-            v = stored(p[i] - eta * g[i], p)
+            v = stored(p[i] - np.float64(eta) * np.float64(g[i]), p)
             bad |= np.int64((v - v) != 0.0)
     if bad != 0:
         return False
     for k in range(blocks.shape[0]):
         for i in range(blocks[k, 0], blocks[k, 1]):
-            p[i] = p[i] - eta * g[i]
+            p[i] = p[i] - np.float64(eta) * np.float64(g[i])
     return True
 
 
@@ -87,3 +90,14 @@ def accumulate(acc, g, blocks):
     for k in range(blocks.shape[0]):
         for i in range(blocks[k, 0], blocks[k, 1]):
             acc[i] += g[i]
+
+
+@kernel
+def sum_squares(x):
+    """The sum of squares of the C-contiguous array ``x``, accumulated in float64."""
+    flat = x.ravel()
+    total = 0.0
+    for i in range(flat.shape[0]):
+        v = np.float64(flat[i])
+        total += v * v
+    return total

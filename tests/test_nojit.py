@@ -22,7 +22,8 @@ for dtype in ("float64", "float32"):
         net = NetworkWithCheckpointing([9, 7, 5, 4], strategy="revolve(1)", dtype=dtype, loss=loss, l2=0.01)
         ff = net.feedforward(x)
         nb, nw = net.backprop(x, y)
-        net.update_mini_batch(x, y, 0.7)
+        for _ in range(5):
+            net.update_mini_batch(x, y, 0.7)
         out[f"{dtype}-{loss}"] = {"ff": ff.tolist(), "grads": [g.ravel().tolist() for g in nb + nw],
                                   "after": [p.ravel().tolist() for p in net.weights + net.biases]}
 print(json.dumps(out))
@@ -39,11 +40,10 @@ def _run(disable):
 def test_the_kernels_as_python_give_the_compiled_numbers():
     compiled, python = _run(False), _run(True)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
-    for case in (k for k in compiled if "-" in k):
-        rtol = 1e-12 if case.startswith("float64") else 1e-6
+    for case in (k for k in compiled if "-" in k):             # the same libm and BLAS: the very same numbers
         for part in ("ff", "grads", "after"):
             for got, ref in zip(python[case][part], compiled[case][part]):
-                np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * 1e-3, err_msg=f"{case} {part}")
+                np.testing.assert_array_equal(got, ref, err_msg=f"{case} {part}")
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") != "1", reason="checks the suite's own JIT-off run")

@@ -258,3 +258,131 @@ def test_the_engine_surface_refuses_buffers_and_parameters_of_another_layout(rng
         net.engine(4).gradients(net.params, rng.random((9, 6)), rng.random((9, 3)))
     for a, b in zip(before, _params(net)):
         np.testing.assert_array_equal(a, b)
+
+
+def _in_thread(target, seconds=60):
+    """Run ``target`` in a thread; fail (not hang) if it has not ended within ``seconds``."""
+    errors = []
+
+    def run():
+        try:
+            target()
+        except BaseException as exc:                   # surfaced below
+            errors.append(exc)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s"
+    if errors:
+        raise errors[0]
+
+
+def test_data_parallel_after_a_swap_and_after_close(rng):
+    net = Network([3, 3, 3])
+    net.weights[0], net.weights[1] = net.weights[1], net.weights[0]     # pending until the next access
+    xs, ys = rng.random((2, 5, 3)), rng.random((2, 5, 3))
+    dp = DataParallel(net, threads=2)
+    _in_thread(lambda: dp.update_mini_batches(xs, ys, 0.1))              # used to deadlock on the flush
+    dp.close()
+    with pytest.raises(RuntimeError, match="this DataParallel is closed"):
+        dp.update_mini_batches(xs, ys, 0.1)                              # used to skip every odd minibatch
+
+
+def test_evaluate_and_sgd_are_each_one_call_for_other_threads(rng):
+    net = Network([2, 2])
+    net.biases[0] = np.zeros(2)
+    x, y = rng.random((3 * 4096, 2)) + 0.01, np.zeros(3 * 4096, dtype=int)
+    sure = [np.array([[5., 5.], [-5., -5.]]), np.array([[-5., -5.], [5., 5.]])]   # every sample right / wrong
+    stop, seen = threading.Event(), set()
+
+    def flip():
+        k = 0
+        while not stop.is_set():
+            net.weights[0] = sure[k]
+            k ^= 1
+    side = threading.Thread(target=flip)
+    side.start()
+    try:
+        for _ in range(20):
+            seen.add(net.evaluate(x, y))
+    finally:
+        stop.set()
+        side.join()
+    assert seen <= {0.0, 1.0}, seen                                     # chunks never see two weights
+    d1, d2 = (rng.random((6, 2)), rng.random((6, 2))), (rng.random((6, 2)), rng.random((6, 2)))
+    orders = []
+    for first, second in ((d1, d2), (d2, d1)):
+        np.random.seed(1)
+        solo = Network([2, 2])
+        solo.SGD(first, 1, 2, 1.0, verbose=False)
+        solo.SGD(second, 1, 2, 1.0, verbose=False)
+        orders.append(_params(solo))
+    for _ in range(5):
+        np.random.seed(1)
+        shared = Network([2, 2])
+        threads = [threading.Thread(target=shared.SGD, args=(d, 1, 2, 1.0), kwargs={"verbose": False})
+                   for d in (d1, d2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = _params(shared)
+        assert any(all(np.array_equal(a, b) for a, b in zip(got, order)) for order in orders)
+
+
+def test_an_engine_step_is_one_call_from_gradients_to_update(rng, monkeypatch):
+    net = Network([4, 3, 2])
+    engine = net.engine(5)
+    x, y = rng.random((5, 4)), rng.random((5, 2))
+    real = type(net.params).update
+
+    def meddle(params, grad, eta):                       # another caller, between the gradients and the update
+        engine.gradients(Network([4, 3, 2]).params, x, y)
+        real(params, grad, eta)
+    monkeypatch.setattr(type(net.params), "update", meddle)
+    with pytest.raises(RuntimeError, match="already running a step"):
+        engine.sgd(net.params, x, y, 0.5)
+
+
+def test_more_misuse_is_refused_before_anything_changes(rng):
+    net = Network([3, 4, 2], dtype=np.float32, l2=1e-3)
+    x, y = rng.random((5, 3)), rng.random((5, 2))
+    engine = net.engine(5)
+    for bad in (None, "fast", float("nan"), -1.0):
+        with pytest.raises((TypeError, ValueError), match="eta must be"):
+            net.params.update(net.params.new_buffer(), bad)
+        with pytest.raises((TypeError, ValueError), match="eta must be"):
+            engine.sgd(net.params, x, y, bad)
+    for alias in (net.params.flat, engine.grad):
+        with pytest.raises(ValueError, match="out must be a buffer of its own"):
+            engine.gradients(net.params, x, y, out=alias)
+    with pytest.raises(ValueError, match=r"l2 must be one number or one per layer \(2\), got 1 values"):
+        type(engine)(net.plan(5), l2=(0.1,))
+    with pytest.raises(ValueError, match=r"y_test_data holds labels from 0 to 100, but the net has 2 outputs"):
+        net.evaluate(x, np.array([0, 1, 1, 0, 100]))
+    with pytest.raises(ValueError, match="y_test_data contains NaN"):
+        net.evaluate(x, np.full((5, 2), np.nan))
+    with pytest.raises(TypeError, match="masked array"):
+        net.evaluate(np.ma.array(x, mask=x > 0.5), y.argmax(axis=1))
+    with pytest.raises(TypeError, match=r"weights\[0\] is a masked array"):
+        net.weights[0] = np.ma.array(np.ones((4, 3)), mask=True)
+    before = _params(net)
+    x_bad = rng.random((20, 3))
+    x_bad[13, 1] = np.nan
+    with pytest.raises(ValueError, match=r"training_data\[0\] contains NaN or inf \(first at index \(13, 1\)"):
+        net.SGD((x_bad, rng.random((20, 2))), 1, 2, 0.5, verbose=False)
+    for a, b in zip(before, _params(net)):                     # refused before the first update
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="minibatches of samples"):
+        DataParallel(net, threads=1).update_mini_batches([1.0], [2.0], 0.1)
+    state = net.params.__getstate__()
+    state["flat"][0] = np.inf
+    with pytest.raises(ValueError, match="pickled parameters of .* hold NaN or inf"):
+        net.params.copy().__setstate__(state)
+
+
+def test_a_float32_penalty_is_summed_where_it_cannot_overflow(rng):
+    net = Network([3, 4, 2], dtype=np.float32, l2=1e-3)
+    net.weights[0] = np.full((4, 3), 1e20)                      # squares overflow float32, not float64
+    net.backprop(rng.random((5, 3)), rng.random((5, 2)))
+    assert np.isfinite(net.last_loss) and net.last_loss == pytest.approx(0.5e-3 * 12 * 1e40, rel=1e-5)
