@@ -37,7 +37,7 @@ def main(argv=None):
     for bench in data["benchmarks"]:
         groups.setdefault(bench["group"], []).append(bench)
     for group, benches in groups.items():
-        case = {b["param"]: b for b in benches}
+        case = {_label(b): b for b in benches}           # test_peers' ids are whole; its peer is the baseline
         name = next((n for n in baselines if n in case), None)
         base = case.get(name)
         planned = any("predicted_bytes" in b["extra_info"] for b in benches)
@@ -58,8 +58,9 @@ def main(argv=None):
             if planned:
                 pred = extra.get("predicted_bytes")
                 flops = extra.get("extra_flop_fraction")
+                overhead = None if ratio is None or flops is None or (b is base and flops) else 100 * (ratio - 1)
                 row += (f" {_cell(pred and pred / MiB, '.2f')} | {_cell(extra.get('recompute_factor'), '.3f')} |"
-                        f" {_cell(None if ratio is None or flops is None else 100 * (ratio - 1), '+.1f', '%')} |"
+                        f" {_cell(overhead, '+.1f', '%')} |"
                         f" {_cell(None if flops is None else 100 * flops, '.1f', '%')} |")
             print(row)
         print()
@@ -83,8 +84,8 @@ def goals(benches):
             if "memray_peak_bytes" in b["extra_info"]:
                 peak[p["net"], p["dtype"], p["mode"], p["peer"]] = b["extra_info"]["memray_peak_bytes"]
 
-    def mem(net, dtype, mode):
-        a, b = (net, dtype, mode, "fastckpt"), (net, dtype, mode, "torch")
+    def mem(net, dtype, mode, peer="torch"):
+        a, b = (net, dtype, mode, "fastckpt"), (net, dtype, mode, peer)
         return f"{peak[a] / peak[b]:.2f}" if a in peak and b in peak else "-"
 
     def ratio(a, b):
@@ -96,8 +97,9 @@ def goals(benches):
         return min(keys, key=med.get) if keys else None
     print("**Goals (ratios in this run)**\n")
     print("| net | dtype | plain / torch | plain / GEMM limit (BLAS) | checkpointed / torch checkpoint_sequential |"
-          " peak / torch peak, plain | peak / torch peak, checkpointed |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          " peak / torch peak, plain | peak / torch peak, checkpointed |"
+          " plain / jax | checkpointed / jax.checkpoint | peak / jax peak, plain | peak / jax peak, checkpointed |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     nets = sorted({k[0] for k in med}, key=["lab", "deep-narrow", "shallow-wide"].index)
     for net in nets:
         for dtype in ("float64", "float32"):
@@ -105,8 +107,10 @@ def goals(benches):
             blas = "-" if lim is None else f"{ratio((net, dtype, 'plain', 'fastckpt'), lim)} ({lim[3][10:]})"
             plain = ratio((net, dtype, "plain", "fastckpt"), (net, dtype, "plain", "torch"))
             ckpt = ratio((net, dtype, "checkpointed", "fastckpt"), (net, dtype, "checkpointed", "torch"))
+            jax = [ratio((net, dtype, m, "fastckpt"), (net, dtype, m, "jax")) for m in ("plain", "checkpointed")]
             print(f"| {net} | {dtype} | {plain} | {blas} | {ckpt} | {mem(net, dtype, 'plain')} |"
-                  f" {mem(net, dtype, 'checkpointed')} |")
+                  f" {mem(net, dtype, 'checkpointed')} | {jax[0]} | {jax[1]} | {mem(net, dtype, 'plain', 'jax')} |"
+                  f" {mem(net, dtype, 'checkpointed', 'jax')} |")
     print()
     for net in nets:
         print(f"- {net}: fastckpt float32 / float64 step: "
@@ -114,6 +118,13 @@ def goals(benches):
               f"{ratio((net, 'float32', 'checkpointed', 'fastckpt'), (net, 'float64', 'checkpointed', 'fastckpt'))}"
               f" checkpointed; PyTorch: "
               f"{ratio((net, 'float32', 'plain', 'torch'), (net, 'float64', 'plain', 'torch'))} plain")
+    for net in nets:                                         # does remat lower each peer's peak?
+        for dtype in ("float64", "float32"):
+            pairs = [(peer, (net, dtype, "checkpointed", peer), (net, dtype, "plain", peer))
+                     for peer in ("fastckpt", "torch", "jax")]
+            cells = [f"{peer} {peak[c] / peak[p]:.2f}" for peer, c, p in pairs if c in peak and p in peak]
+            if cells:
+                print(f"- {net} {dtype}: checkpointed peak / plain peak: {', '.join(cells)}")
     print()
 
 
