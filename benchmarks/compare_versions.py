@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import tempfile
 
 CHILD = r"""
 import json, time
@@ -43,8 +44,13 @@ print(json.dumps(out))
 """
 
 
+WHERE = "import fastckpt, fastckpt.kernels as k; print(fastckpt.__file__, k.__file__)"
+
+
 def run(python):
-    proc = subprocess.run([python, "-c", CHILD], capture_output=True, text=True, check=True)
+    # -c puts the working directory first on sys.path: run where no checkout's fastckpt/ can shadow the install
+    proc = subprocess.run([python, "-c", CHILD], capture_output=True, text=True, check=True,
+                          cwd=tempfile.gettempdir())
     return json.loads(proc.stdout.splitlines()[-1])
 
 
@@ -54,6 +60,10 @@ def main():
     parser.add_argument("new", help="python of the install being checked")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
+    for python in (args.old, args.new):
+        where = subprocess.run([python, "-c", WHERE], capture_output=True, text=True, check=True,
+                               cwd=tempfile.gettempdir()).stdout.strip()
+        print(f"{python}: {where}")
     rounds = []
     for r in range(args.rounds):
         old, new = run(args.old), run(args.new)
