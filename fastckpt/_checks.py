@@ -37,14 +37,19 @@ def check_positive_int(value, name, minimum=1):
     return v
 
 
-def check_eta(eta):
+def check_nonnegative(value, name):
+    """``value`` as a finite float >= 0; the errors name ``name`` and the value."""
     try:
-        v = float(eta)
+        v = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"eta must be a real number, got {eta!r}") from None
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
     if not np.isfinite(v) or v < 0:
-        raise ValueError(f"eta must be finite and >= 0, got {eta!r}")
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return v
+
+
+def check_eta(eta):
+    return check_nonnegative(eta, "eta")
 
 
 def as_batch(a, width, name, role):
@@ -104,13 +109,4 @@ def check_l2(l2, n_layers):
     values = list(l2) if np.ndim(l2) == 1 else [l2] * n_layers
     if len(values) != n_layers:
         raise ValueError(f"l2 must be one number or one per layer ({n_layers}), got {len(values)} values")
-    out = []
-    for v in values:
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"l2 must hold real numbers, got {v!r}") from None
-        if not np.isfinite(f) or f < 0:
-            raise ValueError(f"l2 must be finite and >= 0, got {v!r}")
-        out.append(f)
-    return tuple(out)
+    return tuple(check_nonnegative(v, "l2") for v in values)

@@ -106,5 +106,5 @@ def test_bad_loss_and_l2_are_named():
         Network([3, 2], l2=-1)
     with pytest.raises(ValueError, match=r"one per layer \(2\), got 3 values"):
         Network([3, 4, 2], l2=[0.1, 0.1, 0.1])
-    with pytest.raises(TypeError, match="l2 must hold real numbers, got 'a'"):
+    with pytest.raises(TypeError, match="l2 must be a real number, got 'a'"):
         Network([3, 2], l2=["a"])
