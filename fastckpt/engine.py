@@ -39,7 +39,7 @@ def forward_layer(weights, biases, layer, softmax, a, scratch, out):
     if softmax and layer == len(weights) - 1:
         dense_forward_log_softmax(a, weights[layer], biases[layer], scratch, out)
     else:
-        dense_forward(a, weights[layer], biases[layer], scratch, out)
+        dense_forward(a, weights[layer], biases[layer], out)
 
 
 def forward(params, softmax, a, start, end):

@@ -51,10 +51,10 @@ def _linear(a_in, w, a_out):
 
 
 @kernel
-def dense_forward(a_in, w, b, scratch, a_out):
+def dense_forward(a_in, w, b, a_out):
     """``a_out = sigmoid(a_in @ w.T + b)``; a_in (batch, n_in), w (n_out, n_in), a_out (batch, n_out)."""
     _linear(a_in, w, a_out)
-    bias_sigmoid(a_out, b, scratch)
+    bias_sigmoid(a_out, b)
 
 
 @inline
