@@ -20,6 +20,7 @@ os.environ["FASTCKPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastckpt-sigmoid-")
 atexit.register(shutil.rmtree, os.environ["FASTCKPT_CACHE_DIR"], True)
 
 from fastckpt.kernels import bias_sigmoid  # noqa: E402
+
 from fastckpt.machine import cpu_summary  # noqa: E402
 
 

@@ -10,7 +10,6 @@ from fractions import Fraction
 import numba
 import numpy as np
 import pytest
-
 from fastckpt.kernels.bits import fma, fma_python, pow2, pow2_python
 
 
