@@ -3,8 +3,12 @@
 Updates take ``per_update`` minibatches in all (by default one per worker), so
 samples per second is the fair measure: the speed-up is its ratio.
 
-    python benchmarks/scaling.py
+    python benchmarks/scaling.py [--rounds 5] [--no-mpi]
+
+Thread rates are measured in alternating rounds (1 thread, then 2, in the same process) and
+the speed-up is the median of the per-round ratios: this machine's noise moves whole rounds.
 """
+import argparse
 import json
 import os
 import shutil
@@ -52,15 +56,25 @@ def ranks_rate(sizes, batch, ranks, per_update):
     return (per_update or ranks) * batch / (result["ms_per_update"] / 1e3)
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-mpi", action="store_true")
+    args = parser.parse_args(argv)
+    from fastckpt.machine import cpu_summary
+    print(cpu_summary() + "\n")
     print("| net | mini-batch | mini-batches per update | threads 1 -> 2 (samples/s) | speed-up |"
           " MPI ranks 1 -> 2 (samples/s) | speed-up |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for sizes, batch, updates, per_update in CASES:
-        t1, t2 = (threads_rate(sizes, batch, updates, t, per_update) for t in (1, 2))
-        r1, r2 = (ranks_rate(sizes, batch, r, per_update) for r in (1, 2))
+        rates = np.array([[threads_rate(sizes, batch, updates, t, per_update) for t in (1, 2)]
+                          for _ in range(args.rounds)])
+        t1, t2 = np.median(rates, axis=0)
+        ratios = rates[:, 1] / rates[:, 0]
+        r1, r2 = (float("nan"),) * 2 if args.no_mpi else (ranks_rate(sizes, batch, r, per_update) for r in (1, 2))
         print(f"| {describe_sizes(sizes)} | {batch} | {per_update or 'one per worker'} | {t1:,.0f} -> {t2:,.0f} | "
-              f"{t2 / t1:.2f}x | {r1:,.0f} -> {r2:,.0f} | {r2 / r1:.2f}x |")
+              f"{np.median(ratios):.2f}x ({ratios.min():.2f}-{ratios.max():.2f}) | {r1:,.0f} -> {r2:,.0f} | "
+              f"{r2 / r1:.2f}x |")
 
 
 if __name__ == "__main__":

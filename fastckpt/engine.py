@@ -9,37 +9,27 @@ and :class:`~fastckpt.distributed.MPITrainer` use nothing else.
 
 The workspace (activations, deltas, scratch, and the gradients at the top of
 the activations' arena) is allocated once per plan and reused for every step;
-a smaller batch uses leading rows of the same buffers.  :func:`forward` is
-the one forward path: training, recomputation and inference all run
-:func:`forward_layer`.
+a smaller batch uses leading rows of the same buffers.  A step is one call of
+the kernel ``run_ops`` per run of the plan's ops (a segment); inference
+(:func:`forward`) runs the same forward kernel, ``dense_forward_layer``.
 """
 import threading
 
 import numpy as np
 
-from fastckpt.kernels import (
-    accumulate,
-    cross_entropy_delta,
-    dense_backward,
-    dense_backward_sgd,
-    dense_forward,
-    dense_forward_log_softmax,
-    quadratic_delta,
-    sum_squares,
-)
+from fastckpt.kernels import sum_squares
+from fastckpt.kernels.dense import dense_forward_layer
+from fastckpt.kernels.runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, run_ops
 
 from ._checks import as_batch, check_eta, check_finite, check_l2
 from .costs import layer_views, param_layout
-from .workspace import FWD, LOSS, Workspace
+from .workspace import Workspace
 
 
 def forward_layer(weights, biases, layer, softmax, a, scratch, out):
     """``out = a[layer + 1]`` from ``a = a[layer]``: a sigmoid layer, or the log-softmax output
-    of a ``softmax`` net's last layer.  The only place that tells the two apart."""
-    if softmax and layer == len(weights) - 1:
-        dense_forward_log_softmax(a, weights[layer], biases[layer], scratch, out)
-    else:
-        dense_forward(a, weights[layer], biases[layer], out)
+    of a ``softmax`` net's last layer, through the kernel training runs too."""
+    dense_forward_layer(a, weights[layer], biases[layer], softmax and layer == len(weights) - 1, scratch, out)
 
 
 def forward(params, softmax, a, start, end):
@@ -84,9 +74,15 @@ class Engine:
         self.workspace = Workspace(plan)
         self.forward_counts = [0] * plan.n_layers
         self.trace = None                        # set to a list to record (op, layer) events
+        self._counts = np.zeros(plan.n_layers, dtype=np.int64)
+        self._trace = np.full((len(self.workspace.table), 2), -1, dtype=np.int64)
+        self._layout = np.array(param_layout(plan.sizes, plan.itemsize)[0], dtype=np.int64).reshape(-1, 2)
+        self._sizes = np.array(plan.sizes, dtype=np.int64)
+        self._no_blocks = np.zeros((0, 2), dtype=np.int64)
         self.loss = loss
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
+        self.l2_array = np.array(self.l2, dtype=np.float64)
         self._grad = None                        # gradients outside the arena, made on first need
         self._busy = threading.Lock()
 
@@ -116,6 +112,13 @@ class Engine:
         The lab's (batch, n, 1) is accepted too.  Inputs of another dtype or
         layout are converted into buffers of the workspace, not fresh arrays.
         """
+        xb, yb = self._batch(x, y, names)
+        check_finite(xb, names[0])
+        check_finite(yb, names[1])
+        return xb, yb
+
+    def _batch(self, x, y, names):
+        """:meth:`batch` but for finiteness, which the step's own kernel checks (one GIL release a step)."""
         x_name, y_name = names
         xb = as_batch(x, self.plan.sizes[0], x_name, "input")
         yb = as_batch(y, self.plan.sizes[-1], y_name, "output")
@@ -128,10 +131,9 @@ class Engine:
         for arr, name in ((xb, x_name), (yb, y_name)):
             if arr.dtype != self.plan.dtype or not arr.flags.c_contiguous:
                 stage = self.workspace.stage(name, arr.shape[0], arr.shape[1])
-                with np.errstate(over="ignore"):         # overflow to inf is reported below
+                with np.errstate(over="ignore"):         # overflow to inf is reported by the step
                     np.copyto(stage, arr, casting="unsafe")
                 arr = stage
-            check_finite(arr, name)
             out.append(arr)
         return out[0], out[1]
 
@@ -149,13 +151,9 @@ class Engine:
             params.check_buffer(out, "out")
             if np.may_share_memory(out, params.flat) or np.may_share_memory(out, self.workspace.activations):
                 raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
+        mode = 0 if out is None else 2 if add else 1
         with self._running():
-            loss = self._gradients(params, x, y, names)
-            if out is not None:
-                if not add:
-                    out[...] = 0.0
-                accumulate(out, self.grad, params.blocks)
-            return loss
+            return self._run(params, x, y, names, self.grad, None, out, params.blocks, mode)
 
     def sgd(self, params, x, y, eta, *, names=("x", "y")):
         """One SGD step on ``(x, y)``, in place; returns the mean loss.
@@ -168,18 +166,10 @@ class Engine:
         self._check(params)
         with self._running():
             if not self.plan.optimizer_in_backward:
-                loss = self._gradients(params, x, y, names)
+                loss = self._run(params, x, y, names, self.grad, None)
                 params.update(self.grad, eta)
                 return loss
-            xb, yb = self.batch(x, y, names)
-            weights, biases = params.layers()
-            return self._run(xb, yb, weights, biases, None, None, eta)
-
-    def _gradients(self, params, x, y, names):
-        xb, yb = self.batch(x, y, names)
-        gw, gb = layer_views(self.grad, self.plan.sizes)
-        weights, biases = params.layers()
-        return self._run(xb, yb, weights, biases, gw, gb, None)
+            return self._run(params, x, y, names, None, eta)
 
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
@@ -206,40 +196,45 @@ class Engine:
                                "give each thread its own Engine")
         return _Release(self._busy)
 
-    def _run(self, x, y, weights, biases, grad_w, grad_b, eta):
-        """One pass over the plan.  With ``eta``, each layer's SGD update is applied as soon as its
-        gradient is final (optimizer in backward); else the gradients go to ``grad_w``/``grad_b``."""
-        batch = x.shape[0]
-        scale = 1.0 / batch
-        step = None if eta is None else eta * scale
-        scratch = self.workspace.scratch
-        counts = self.forward_counts
-        for i in range(len(counts)):
-            counts[i] = 0
-        trace = self.trace
+    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0):
+        """One pass over the plan, a kernel call per run of ops (:attr:`Workspace.runs`).  With
+        ``eta``, each layer's SGD update is applied as soon as its gradient is final (optimizer
+        in backward); else the gradients go to the flat buffer ``grads``, and their ``blocks``
+        are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
+        xb, yb = self._batch(x, y, names)
+        flat = params.flat
+        weights = params.layers()[0]
+        scale = 1.0 / xb.shape[0]
+        penalty = self.penalty(weights)
+        ws, counts, trace = self.workspace, self._counts, self._trace
+        counts[:] = 0
+        trace[:] = -1
+        sgd = eta is not None
+        grads = grads if grads is not None else ws.deltas[:0]
+        if acc is None:
+            acc, blocks = grads, self._no_blocks
         loss = np.nan
-        softmax, l2 = self.softmax, self.l2
-        for kind, layer, a, d_out, d_in in self.workspace.ops(batch):
-            if a is None:
-                a = x
-            if kind == FWD:
-                forward_layer(weights, biases, layer, softmax, a, scratch, d_out)
-                counts[layer] += 1
-            elif kind == LOSS:
-                loss = cross_entropy_delta(a, y, d_out) if softmax else quadratic_delta(a, y, d_out)
-                loss += self.penalty(weights)
-                if not np.isfinite(loss):
-                    raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
-            elif step is None:
-                dense_backward(a, weights[layer], d_out, scale, scratch, grad_w[layer], grad_b[layer], d_in,
-                               l2[layer])
-            elif not dense_backward_sgd(a, weights[layer], biases[layer], d_out, step, scratch, d_in,
-                                        eta * l2[layer]):
+        for first, (lo, hi) in enumerate(ws.runs):
+            status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
+                                   ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
+                                   self.l2_array, self.softmax, penalty, first == 0, counts, trace,
+                                   acc, acc_mode, blocks)
+            loss = part if not np.isnan(part) else loss
+            if status == BAD_INPUT:
+                check_finite(xb, names[0])
+                check_finite(yb, names[1])
+                raise AssertionError("the step found a NaN or inf in its input that check_finite did not")
+            elif status == BAD_LOSS:
+                raise FloatingPointError(f"the loss is {part} (non-finite); weights left unchanged")
+            elif status >= BAD_UPDATE:
+                layer = status - BAD_UPDATE
                 raise FloatingPointError(
                     f"the update made layer {layer}'s parameters NaN or inf; with the optimizer in "
                     f"backward, layers {layer}..{self.plan.n_layers - 1} are already updated")
-            if trace is not None:
-                trace.append(("fwd" if kind == FWD else "loss" if kind == LOSS else "bwd", layer))
+        self.forward_counts[:] = counts.tolist()
+        if self.trace is not None:
+            names_of = ("fwd", "loss", "bwd")
+            self.trace.extend((names_of[k], int(layer)) for k, layer in trace if k >= 0)
         return loss
 
 

@@ -41,7 +41,7 @@ class DataParallel:
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastckpt") if self.threads > 1 else None
+        self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fastckpt") if self.threads > 1 else None
         self._engines = {}
         self._sums = [net.params.new_buffer() for _ in range(self.threads)]
         self.last_loss = None
@@ -88,8 +88,8 @@ class DataParallel:
         def work(worker):
             total = self._sums[worker]
             losses = []
+            engine = self._engine(worker, batch)
             for k in range(worker, len(xs), self.threads):
-                engine = self._engine(worker, batch)
                 loss = engine.gradients(params, xs[k], ys[k], out=total, add=k >= self.threads,
                                         names=(f"x_batches[{k}]", f"y_batches[{k}]"))
                 losses.append((k, loss))
@@ -105,10 +105,13 @@ class DataParallel:
             try:
                 if self._pool is None:
                     results = [work(0)]
-                else:                                           # every worker ends before anything is raised
-                    futures = [self._pool.submit(work, w) for w in range(min(self.threads, len(xs)))]
-                    wait(futures)
-                    results = [f.result() for f in futures]
+                else:                        # this thread is worker 0: one thread wake-up fewer per update
+                    futures = [self._pool.submit(work, w) for w in range(1, min(self.threads, len(xs)))]
+                    try:
+                        first = work(0)
+                    finally:                                    # every worker ends before anything is raised
+                        wait(futures)
+                    results = [first] + [f.result() for f in futures]
             finally:
                 if self._pool is not None and threads > 1:
                     set_blas_threads(threads)

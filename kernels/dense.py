@@ -100,6 +100,16 @@ def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
 
 
 @kernel
+def dense_forward_layer(a_in, w, b, log_softmax, scratch, a_out):
+    """The one forward step of training, recomputation and inference: the log-softmax output
+    layer when ``log_softmax`` (a softmax net's last layer), else a sigmoid layer."""
+    if log_softmax:
+        dense_forward_log_softmax(a_in, w, b, scratch, a_out)
+    else:
+        dense_forward(a_in, w, b, a_out)
+
+
+@kernel
 def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.0):
     """Gradients of one layer from its output delta, and the delta of the layer below.
 

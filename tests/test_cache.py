@@ -16,12 +16,12 @@ import pytest
 # One SGD step on a tiny net; prints its weights' sum, the kernels' disk-cache hits and misses and where they cache.
 WORKLOAD = """
 import json, numpy as np, fastckpt
-from fastckpt.kernels import activations, dense, elementwise
+from fastckpt.kernels import activations, dense, elementwise, runs
 np.random.seed(1)
 net = fastckpt.Network([3, 4, 2])
 x = np.random.default_rng(0).random((8, 3)); y = np.random.default_rng(1).random((8, 2))
 net.update_mini_batch(x, y, 0.5)
-kernels = {id(v): v for m in (activations, dense, elementwise) for v in vars(m).values() if hasattr(v, "stats")}
+kernels = {id(v): v for m in (activations, dense, elementwise, runs) for v in vars(m).values() if hasattr(v, "stats")}
 stats = [k.stats for k in kernels.values()]
 print(json.dumps({"weights": repr(float(sum(w.sum() for w in net.weights))),
                   "hits": sum(sum(s.cache_hits.values()) for s in stats),
@@ -82,16 +82,16 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
 def test_a_damaged_entry_is_discarded_recompiled_and_reported_once(damage, warm, cache, tmp_path):
     cache_dir, entries = cache
-    (nbi,) = entries.glob("dense.dense_forward-*.nbi")
-    (nbc,) = entries.glob("dense.dense_forward-*.1.nbc")
-    signatures = len(list(entries.glob("dense.dense_forward-*.nbc")))
+    (nbi,) = entries.glob("runs.run_ops-*.nbi")
+    (nbc,) = entries.glob("runs.run_ops-*.1.nbc")
+    signatures = len(list(entries.glob("runs.run_ops-*.nbc")))
     damage(nbi, nbc)
 
     out, err = run(cache_dir, tmp_path)
     assert out["weights"] == warm.warm["weights"]
     assert out["misses"] == signatures               # only the damaged kernel was compiled again
     assert len(err) == 1, err
-    assert "KernelCacheWarning" in err[0] and str(entries) in err[0] and "dense.dense_forward" in err[0]
+    assert "KernelCacheWarning" in err[0] and str(entries) in err[0] and "runs.run_ops" in err[0]
     assert "discarded it and recompiling" in err[0]
 
     out, err = run(cache_dir, tmp_path)              # repaired: served from disk, silently
@@ -142,7 +142,7 @@ def test_the_cache_keys_on_the_target_cpu(warm, cache, tmp_path):
     avx2 = llvm.get_host_cpu_features().get("avx2", False)
     other = "znver3" if avx2 and host != "znver3" else "generic"    # code this CPU can run
     cache_dir, entries = cache
-    (nbi,) = entries.glob("dense.dense_forward-*.nbi")
+    (nbi,) = entries.glob("runs.run_ops-*.nbi")
     assert cpu_names(nbi) == [host]
 
     out, err = run(cache_dir, tmp_path, NUMBA_CPU_NAME=other)

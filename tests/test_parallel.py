@@ -38,21 +38,23 @@ def test_the_update_does_not_depend_on_thread_timing(rng, monkeypatch):
     sizes = [30, 20, 10]
     xs, ys = rng.random((6, 16, 30)), rng.random((6, 16, 10))
     results = []
-    real = engine.accumulate                         # adds a worker's gradients into its sum
-    for delay in (0.0, 0.02):
-        def slow_first_worker(acc, g, blocks, delay=delay):
-            if threading.current_thread().name.endswith("_0"):
-                time.sleep(delay)                        # make the workers finish in another order
-            real(acc, g, blocks)
-        monkeypatch.setattr(engine, "accumulate", slow_first_worker)
+    real = engine.run_ops                            # a worker's whole step, ending with its gradients' sum
+    for slow in (None, "main", "pool"):                  # no delay, worker 0 (this thread) late, worker 1 late
+        def late(*args, slow=slow):
+            main = threading.current_thread() is threading.main_thread()
+            if slow is not None and main == (slow == "main"):
+                time.sleep(0.02)                         # make the workers finish in another order
+            return real(*args)
+        monkeypatch.setattr(engine, "run_ops", late)
         np.random.seed(0)
         net = Network(sizes)
         with DataParallel(net, threads=2) as dp:
             for _ in range(2):
                 dp.update_mini_batches(xs, ys, 0.5)
         results.append([w.copy() for w in net.weights + net.biases])
-    for a, b in zip(*results):
-        np.testing.assert_array_equal(a, b)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_sgd_trains_like_the_lab_loop_on_grouped_minibatches(rng):

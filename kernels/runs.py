@@ -1,0 +1,87 @@
+"""A run of a plan's ops in one kernel call: one GIL release per run instead of one per op.
+
+The plan (Python) decides what is kept and what is recomputed, and lays every activation
+and delta out in the workspace; it hands this kernel an op table and the buffers, and
+drives the runs, one per segment.  Each row of ``ops`` (int64) is
+
+    kind, layer, read, write, d_out, d_in
+
+- ``kind``: 0 forward, 1 loss, 2 backward (``fastckpt.workspace.FWD/LOSS/BWD``);
+- ``read``/``write``: element offsets of the layer's input and output activations in
+  ``arena`` (``read = -1``: the input ``x``);
+- ``d_out``/``d_in``: offsets of the deltas in ``deltas`` (``d_in = -1``: none, the first layer).
+
+Every op calls the same layer kernels as a call from Python would, so the numbers are the
+same bit for bit.  Parameters and gradients are flat buffers in the parameter layout
+(``layout`` (L, 2): offsets of each layer's weights and bias).
+
+Returns ``(status, loss)``.  ``status``: ``OK``; ``BAD_LOSS`` when the loss (plus
+``penalty``) is not finite, before any backward op ran; ``BAD_UPDATE + layer`` when the
+optimizer in backward (``sgd``) made that layer's parameters non-finite; ``BAD_INPUT``
+when ``check_input`` and ``x`` or ``y`` holds a NaN or inf (nothing ran).
+"""
+import numpy as np
+
+from ._jit import inline, kernel
+from .dense import dense_backward, dense_backward_sgd, dense_forward_layer
+from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta
+
+OK, BAD_LOSS, BAD_INPUT, BAD_UPDATE = 0, 1, 2, 16
+
+
+@inline
+def _matrix(buf, at, rows, cols):
+    return buf[at:at + rows * cols].reshape(rows, cols)
+
+
+@kernel
+def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
+            scale, sgd, eta, l2, softmax, penalty, check_input, counts, trace, acc, acc_mode, blocks):
+    """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.
+
+    ``sgd``: the optimizer in backward with learning rate ``eta`` (``grads`` is then
+    unused); else the batch-mean gradients (``scale`` = 1 / batch) go to ``grads``.
+    ``l2`` (L,) per layer.  ``counts`` (L,) counts forward ops per layer; ``trace`` (n, 2)
+    gets each op's (kind, layer), row ``i`` for op ``i``.  After the table's last op the
+    gradients' ``blocks`` are copied into ``acc`` (``acc_mode`` 1: the rest of ``acc`` zeroed)
+    or added to it (2); 0 leaves ``acc`` alone.
+    """
+    batch = x.shape[0]
+    n_layers = layout.shape[0]
+    step = eta * scale
+    if check_input and not (all_finite(x) and all_finite(y)):
+        return BAD_INPUT, np.nan
+    loss = np.nan
+    for i in range(lo, hi):
+        kind, layer = ops[i, 0], ops[i, 1]
+        trace[i, 0], trace[i, 1] = kind, layer
+        n_in = sizes[layer]
+        a = x if ops[i, 2] < 0 else _matrix(arena, ops[i, 2], batch, n_in)
+        if kind == 1:                                  # layer is the output's index L here
+            dz = _matrix(deltas, ops[i, 4], batch, n_in)
+            loss = (cross_entropy_delta(a, y, dz) if softmax else quadratic_delta(a, y, dz)) + penalty
+            if not np.isfinite(loss):
+                return BAD_LOSS, loss
+            continue
+        n_out = sizes[layer + 1]
+        w = _matrix(params, layout[layer, 0], n_out, n_in)
+        b = params[layout[layer, 1]:layout[layer, 1] + n_out]
+        if kind == 0:
+            out = _matrix(arena, ops[i, 3], batch, n_out)
+            dense_forward_layer(a, w, b, softmax and layer == n_layers - 1, scratch, out)
+            counts[layer] += 1
+        else:
+            dz_out = _matrix(deltas, ops[i, 4], batch, n_out)
+            dz_in = _matrix(deltas, max(ops[i, 5], 0), batch if ops[i, 5] >= 0 else 0, n_in)
+            if sgd:
+                if not dense_backward_sgd(a, w, b, dz_out, step, scratch, dz_in, eta * l2[layer]):
+                    return BAD_UPDATE + layer, loss
+            else:
+                gw = _matrix(grads, layout[layer, 0], n_out, n_in)
+                gb = grads[layout[layer, 1]:layout[layer, 1] + n_out]
+                dense_backward(a, w, dz_out, scale, scratch, gw, gb, dz_in, l2[layer])
+    if acc_mode != 0 and hi == ops.shape[0]:
+        if acc_mode == 1:
+            acc[:] = 0.0
+        accumulate(acc, grads, blocks)
+    return OK, loss
