@@ -82,8 +82,9 @@ def test_pow2_of_every_normal_exponent(dtype, m, lo, hi):
 
 
 _ASM_PROBE = r"""
-import json, os, tempfile
-os.environ["FASTCKPT_CACHE_DIR"] = tempfile.mkdtemp()
+import atexit, json, os, shutil, tempfile
+os.environ["FASTCKPT_CACHE_DIR"] = tempfile.mkdtemp()         # compiled afresh: no assembly for cached code
+atexit.register(shutil.rmtree, os.environ["FASTCKPT_CACHE_DIR"], True)
 import re, numba
 from fastckpt.kernels import bias_sigmoid
 out = {}
