@@ -110,3 +110,25 @@ def check_l2(l2, n_layers):
     if len(values) != n_layers:
         raise ValueError(f"l2 must be one number or one per layer ({n_layers}), got {len(values)} values")
     return tuple(check_nonnegative(v, "l2") for v in values)
+
+
+def as_labels(y, n_out, n, names):
+    """Class indices (n,) from one-hot rows (n, n_out) or integer labels (n,); ``names`` = (x's, y's)."""
+    x_name, name = names
+    refuse_masked(y, name)
+    y = np.asarray(y)
+    if y.ndim == 3 and y.shape[2] == 1:
+        y = y[:, :, 0]
+    if y.ndim == 2:
+        y = as_batch(y, n_out, name, "output")
+        check_finite_rows(y, name)
+        y = y.argmax(axis=1)
+    elif y.ndim != 1 or y.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be one-hot (n, {n_out}) or integer labels (n,), "
+                         f"got shape {y.shape} and dtype {y.dtype}")
+    if y.shape[0] != n:
+        raise ValueError(f"{x_name} has {n} samples but {name} has {y.shape[0]}")
+    if y.size and (y.min() < 0 or y.max() >= n_out):
+        raise ValueError(f"{name} holds labels from {y.min()} to {y.max()}, but the net has "
+                         f"{n_out} outputs (labels 0..{n_out - 1})")
+    return y

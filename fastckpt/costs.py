@@ -86,6 +86,23 @@ def blas_bytes(sizes, batch_size, threads):
     return BLAS_JOB_BYTES if threaded else 0
 
 
+# One elementwise value of a step (a sigmoid, a sigma' product, a bias sum) takes about as long
+# as this many GEMM FLOPs: 0.5-1.2 ns per value against 70-130 GFLOP/s (README, "On AVX2 and
+# AVX-512 CPUs").  Only the balance between layers depends on it.
+ELEMENT_FLOPS = 64
+
+
+def layer_costs(sizes, batch_size):
+    """Predicted work of each layer in a plain training step, in GEMM FLOPs: the forward, weight
+    and input-delta GEMMs (none for layer 0) plus ``ELEMENT_FLOPS`` per elementwise value."""
+    costs = []
+    for layer, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        gemms = (3 if layer else 2) * 2 * batch_size * n_in * n_out
+        elements = batch_size * (2 * n_out + (n_in if layer else 0))
+        costs.append(float(gemms + ELEMENT_FLOPS * elements))
+    return costs
+
+
 def grad_bytes(sizes, itemsize):
     """Bytes of each layer's block (weights then bias) in the flat parameter layout."""
     offsets, total = param_layout(sizes, itemsize)

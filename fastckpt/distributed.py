@@ -127,11 +127,7 @@ class MPITrainer:
         self.MPI, world = mpi_world()
         self.comm = world if comm is None else comm
         self.rank, self.ranks = self.comm.Get_rank(), self.comm.Get_size()
-        # ranks sharing a machine share its cores: BLAS threads beyond its share only spin
-        local = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED).Get_size()
-        self.blas_threads = max(1, (os.cpu_count() or 1) // local)
-        if blas_threads() > self.blas_threads:
-            set_blas_threads(self.blas_threads)
+        self.blas_threads = share_cores(self.comm, self.MPI)
         self.net = net
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
         self._total = net.params.new_buffer() if self.rank == 0 else None
@@ -224,6 +220,19 @@ class MPITrainer:
         """End every rank of the job, naming this rank and ``exc``; returns only when this rank is alone."""
         if self.ranks > 1:
             abort_job(self.comm, exc)
+
+
+def share_cores(comm, MPI):
+    """Limit BLAS to this rank's share of its machine's cores (more threads would only spin against
+    the other ranks there); returns the threads.  The communicator of the machine's ranks is freed
+    at once: mpich keeps 2 MiB of shared memory for it on one of them."""
+    machine = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = machine.Get_size()
+    machine.Free()
+    threads = max(1, (os.cpu_count() or 1) // local)
+    if blas_threads() > threads:
+        set_blas_threads(threads)
+    return threads
 
 
 def abort_job(comm, exc, prefix="fastckpt"):

@@ -5,13 +5,12 @@ import numpy as np
 
 from ._checks import (
     as_batch,
+    as_labels,
     check_dtype,
     check_eta,
     check_finite,
-    check_finite_rows,
     check_l2,
     check_sizes,
-    refuse_masked,
 )
 from .engine import Engine, forward
 from .params import Parameters
@@ -233,22 +232,7 @@ class Network:
     def evaluate(self, x_test_data, y_test_data):
         """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
-        refuse_masked(y_test_data, "y_test_data")
-        y = np.asarray(y_test_data)
-        if y.ndim == 3 and y.shape[2] == 1:
-            y = y[:, :, 0]
-        if y.ndim == 2:
-            y = as_batch(y, self.sizes[-1], "y_test_data", "output")
-            check_finite_rows(y, "y_test_data")
-            y = y.argmax(axis=1)
-        elif y.ndim != 1 or y.dtype.kind not in "iu":
-            raise ValueError(f"y_test_data must be one-hot (n, {self.sizes[-1]}) or integer labels (n,), "
-                             f"got shape {y.shape} and dtype {y.dtype}")
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(f"x_test_data has {x.shape[0]} samples but y_test_data has {y.shape[0]}")
-        if y.size and (y.min() < 0 or y.max() >= self.sizes[-1]):
-            raise ValueError(f"y_test_data holds labels from {y.min()} to {y.max()}, but the net has "
-                             f"{self.sizes[-1]} outputs (labels 0..{self.sizes[-1] - 1})")
+        y = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
         hits = 0
         with self.params.lock:                                 # every chunk sees the same parameters
             for i in range(0, x.shape[0], _EVAL_CHUNK):
@@ -268,3 +252,9 @@ def _draw_normal(out):
         part[...] = np.random.randn(part.shape[0])
 
 
+
+
+def _skip_normal(n):
+    """Draw and drop ``n`` normals, in the chunks of :func:`_draw_normal`: the stream moves on as if drawn."""
+    for i in range(0, n, _DRAW_CHUNK):
+        np.random.randn(min(_DRAW_CHUNK, n - i))

@@ -13,13 +13,22 @@ FWD, LOSS, BWD = 0, 1, 2  # op kinds
 
 
 class Workspace:
-    """Buffers sized from a plan, and per-batch-size views of them for each op."""
+    """Buffers sized from a plan, and per-batch-size views of them for each op.
 
-    def __init__(self, plan):
+    A pipeline stage (:mod:`fastckpt.pipeline`) runs a plan of its own layers
+    with two changes: with ``input_delta`` the first layer's backward also
+    gives the delta of its input ``a[0]`` (for the stage before), and with
+    ``given_delta`` there is no loss op: the delta of the last state ``a[L]``
+    is written into :meth:`delta` before the backward pass (it comes from the
+    stage after).
+    """
+
+    def __init__(self, plan, *, input_delta=False, given_delta=False):
         self.plan = plan
+        self.input_delta, self.given_delta = bool(input_delta), bool(given_delta)
         sizes, batch = plan.sizes, plan.batch_size
         self.activations = np.empty(plan.arena_elems, dtype=plan.dtype)     # and the gradients at its top
-        self.deltas = np.empty(delta_elems(sizes, batch), dtype=plan.dtype)
+        self.deltas = np.empty(workspace_delta_elems(sizes, batch, self.input_delta), dtype=plan.dtype)
         self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
         self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self._stage = {}
@@ -38,9 +47,16 @@ class Workspace:
             self._stage[key] = np.empty((self.plan.batch_size, width), dtype=self.plan.dtype)
         return self._stage[key][:batch]
 
+    def delta(self, index, rows):
+        """The (rows, sizes[index]) delta of state ``a[index]`` in ``deltas``."""
+        at, width = self._delta_at(index), self.plan.sizes[index]
+        if at < 0:
+            raise ValueError(f"a[{index}] has no delta in this workspace")
+        return self.deltas[at:at + rows * width].reshape(rows, width)
+
     def _delta_at(self, index):
-        """Offset of a[index]'s delta in ``deltas`` (-1 for the input, which has none)."""
-        if index == 0:
+        """Offset of a[index]'s delta in ``deltas`` (-1 for the input, unless ``input_delta``)."""
+        if index == 0 and not self.input_delta:
             return -1
         return 0 if index % 2 == 1 else self._odd_rows
 
@@ -52,6 +68,8 @@ class Workspace:
             if kind == "fwd":
                 rows.append((FWD, layer, read, write, -1, -1))
             elif kind == "loss":
+                if self.given_delta:
+                    continue
                 rows.append((LOSS, layer, read, -1, self._delta_at(layer), -1))
             else:
                 rows.append((BWD, layer, read, -1, self._delta_at(layer + 1), self._delta_at(layer)))
@@ -63,3 +81,16 @@ class Workspace:
         kinds = self.table[:, 0]
         starts = [0] + [i for i in range(1, len(kinds)) if kinds[i] == FWD and kinds[i - 1] == BWD]
         return list(zip(starts, starts[1:] + [len(kinds)]))
+
+    @property
+    def forward_end(self):
+        """Index in :attr:`table` of the first op after the forward pass: where the loss op is, or
+        would be with ``given_delta`` (a recomputation may follow it at once)."""
+        return self.plan.ops.index(("loss", self.plan.n_layers))
+
+
+def workspace_delta_elems(sizes, batch_size, input_delta=False):
+    """Elements of the two ping-pong delta buffers; with ``input_delta`` the even one holds a[0]'s too."""
+    if not input_delta:
+        return delta_elems(sizes, batch_size)
+    return batch_size * (max(sizes[1::2]) + max(sizes[0::2]))

@@ -1,0 +1,54 @@
+"""One MPI job for test_pipeline_mpi.py: ``mpiexec -n P python pipeline_job.py JSON``.
+
+JSON is a list of cases; each builds a PipelineTrainer after ``np.random.seed(0)``,
+runs ``updates`` minibatches of ``batch`` MNIST rows and rank 0 writes the
+gathered weights and biases (and those before training) to ``out``.  With
+``memray`` each rank measures its peak over building and training, after a
+warm-up, and rank 0 writes every rank's peak and prediction to ``out``.
+"""
+import json
+import sys
+
+import numpy as np
+
+import fastckpt
+from fastckpt.memory import memray_peak
+from fastckpt.pipeline import PipelineTrainer
+
+
+def run(case, x, y, gather=True):
+    kw = {k: case[k] for k in ("schedule", "strategy", "loss", "l2", "partition", "transport", "dtype")
+          if k in case}
+    batch, micro = case.get("batch", 20), case.get("micro", 2)
+    np.random.seed(0)
+    trainer = PipelineTrainer(case["sizes"], micro, batch_size=batch, **kw)
+    before = trainer.gather() if gather else None           # the whole net: not part of a stage's peak
+    for u in range(case.get("updates", 3)):
+        trainer.update_mini_batch(x[u * batch:(u + 1) * batch], y[u * batch:(u + 1) * batch], case.get("eta", 1.0))
+    return trainer, before
+
+
+def main():
+    cases = json.loads(sys.argv[1])
+    (x, y), _ = fastckpt.load_mnist()
+    for case in cases:
+        if case.get("memray"):
+            run(dict(case, updates=1), x, y, gather=False)    # warm-up: kernels, BLAS, MPI's buffers
+            held = []
+            peak = memray_peak(lambda c=case, h=held: h.append(run(c, x, y, gather=False)))
+            trainer = held[0][0]
+            rows = trainer.comm.gather((peak, trainer.predicted_bytes()))
+            if trainer.rank == 0:
+                with open(case["out"], "w") as f:
+                    json.dump(rows, f)
+            continue
+        trainer, before = run(case, x, y)
+        after = trainer.gather()
+        bubble = trainer.bubble_fraction()                 # a collective
+        if trainer.rank == 0:
+            np.savez(case["out"], *after[0], *after[1], *before[0], *before[1], loss=trainer.last_loss,
+                     bubble=bubble)
+
+
+if __name__ == "__main__":
+    main()

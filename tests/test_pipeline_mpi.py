@@ -1,0 +1,206 @@
+"""Pipeline parallelism as MPI jobs (mpiexec -n 2 and -n 4): against one process, memory, errors.
+
+Every run has a time limit; a hang fails the test instead of stalling the suite.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+from test_distributed import MPIEXEC, TRAIN, needs_mpi
+
+import fastckpt
+
+JOB = [sys.executable, os.path.join(os.path.dirname(__file__), "pipeline_job.py")]
+DEEP = [784, 48, 40, 36, 32, 28, 24, 10]
+MiB = 2**20
+
+
+def _job(ranks, cases, timeout=300):
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), *JOB, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _one_process(case, x, y):
+    np.random.seed(0)
+    net = fastckpt.Network(case["sizes"], dtype=case.get("dtype", np.float64), loss=case.get("loss", "quadratic"),
+                           l2=case.get("l2", 0.0))
+    before = [w.copy() for w in net.weights + net.biases]
+    batch = case.get("batch", 20)
+    for u in range(case.get("updates", 3)):
+        net.update_mini_batch(x[u * batch:(u + 1) * batch], y[u * batch:(u + 1) * batch], case.get("eta", 1.0))
+    return before, net
+
+
+CASES = {
+    2: [dict(sizes=[784, 40, 30, 10]),
+        dict(sizes=DEEP, schedule="1f1b", micro=5, batch=23, strategy="sqrt"),
+        dict(sizes=DEEP, schedule="gpipe", micro=6, batch=23, strategy="revolve(1)", partition=[4, 3]),
+        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="plain", partition=[5, 2], loss="cross_entropy",
+             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3])],
+    4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
+        dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
+        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01)],
+}
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_pipelines_equal_one_process_on_the_same_minibatches(ranks, tmp_path):
+    cases = [dict(case, out=str(tmp_path / f"{k}.npz")) for k, case in enumerate(CASES[ranks])]
+    _job(ranks, cases)
+    (x, y), _ = fastckpt.load_mnist()
+    for case in cases:
+        before, net = _one_process(case, x, y)
+        saved = np.load(case["out"])
+        n = 2 * (len(case["sizes"]) - 1)
+        for k, ref in enumerate(before):
+            np.testing.assert_array_equal(saved[f"arr_{n + k}"], ref)      # the same initial weights
+        for k, ref in enumerate(net.weights + net.biases):
+            np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13, err_msg=str(case))
+        assert float(saved["loss"]) == pytest.approx(net.last_loss, rel=1e-10)
+        assert 0.0 <= float(saved["bubble"]) < 1.0
+
+
+@needs_mpi
+def test_float32_pipelines_follow_one_process(tmp_path):
+    case = dict(sizes=DEEP, schedule="1f1b", micro=4, strategy="sqrt", dtype="float32", out=str(tmp_path / "f.npz"))
+    _job(2, [case])
+    (x, y), _ = fastckpt.load_mnist()
+    _, net = _one_process(case, x, y)
+    saved = np.load(case["out"])
+    for k, ref in enumerate(net.weights + net.biases):          # float32 sums in another order
+        np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-4, atol=1e-6)
+
+
+@needs_mpi
+def test_each_ranks_memray_peak_is_its_plan(tmp_path):
+    sizes = [784] + [256] * 8 + [10]
+    cases = [dict(sizes=sizes, batch=256, micro=4, schedule=schedule, strategy=strategy, transport=transport,
+                  memray=True, out=str(tmp_path / f"{schedule}-{strategy}-{transport}.json"))
+             for schedule, strategy, transport in [("gpipe", "plain", "native"), ("gpipe", "sqrt", "native"),
+                                                   ("1f1b", "plain", "native"), ("1f1b", "revolve(1)", "int8"),
+                                                   ("gpipe", "every_nth(2)", "float16")]]
+    _job(2, cases, timeout=400)
+    for case in cases:
+        for rank, (peak, predicted) in enumerate(json.load(open(case["out"]))):
+            total = predicted["total"]
+            assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
+
+
+@needs_mpi
+def test_checkpointing_inside_stages_lowers_their_peak(tmp_path):
+    """A net whose plain step needs more than a set limit per process trains on 2 ranks with
+    checkpointing inside each stage, each rank within the limit."""
+    sizes, batch = [784] + [256] * 16 + [10], 4000
+    limit = 32 * MiB
+    assert fastckpt.plan(sizes, batch).bytes()["total"] > 4 * limit            # 154 MiB in one process
+    from fastckpt.pipeline import stage_bytes
+    from fastckpt.stage import schedule
+    for strategy, fits in (("plain", False), ("sqrt", True)):
+        totals = [stage_bytes(sizes, lo, hi, batch // 8, np.float64, strategy, schedule("1f1b", s, 2, 8))["total"]
+                  for s, (lo, hi) in enumerate([(0, 8), (8, 17)])]
+        assert (max(totals) <= limit) == fits, (strategy, totals)
+    cases = [dict(sizes=sizes, batch=batch, micro=8, schedule="1f1b", strategy="sqrt", partition=[8, 9],
+                  updates=1, memray=True, out=str(tmp_path / "big.json"))]
+    _job(2, cases, timeout=400)
+    for peak, predicted in json.load(open(cases[0]["out"])):
+        assert peak <= limit, (peak, predicted)
+
+
+@needs_mpi
+def test_cli_pipeline_trains_like_one_process(tmp_path):
+    outs = [tmp_path / "pipe.npz", tmp_path / "one.npz"]
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--micro-batches", "3", "--schedule",
+                           "1f1b", "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[0]), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["pipeline"] == 2 and result["updates"] == 400 and result["schedule"] == "1f1b"
+    one = subprocess.run([*TRAIN, "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[1]), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    a, b = np.load(outs[0]), np.load(outs[1])
+    for key in b.files:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-10, atol=1e-12)
+    assert result["accuracies"] == pytest.approx(json.loads(one.stdout)["accuracies"], abs=1e-9)
+
+
+@needs_mpi
+@pytest.mark.parametrize("args, message", [
+    (["--pipeline", "3"], "--pipeline 3 needs 3 ranks (mpiexec -n 3), got 2"),
+    (["--pipeline", "2", "--partition", "2,2"], "partition must give the layers of each of the 2 stages"),
+    (["--pipeline", "2", "--strategy", "segments(3)"], "does not fit stage 0"),
+    (["--pipeline", "2", "--micro-batches", "11"], "a minibatch of 10 samples cannot make 11 micro-batches"),
+    (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline and --tensor-parallel"),
+])
+def test_bad_pipeline_settings_are_one_clear_error_not_a_hang(args, message):
+    t0 = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--epochs", "1", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - t0 < 120
+
+
+@needs_mpi
+def test_ranks_started_with_different_settings_all_refuse(tmp_path):
+    code = ("import numpy as np, os; from fastckpt.pipeline import PipelineTrainer\n"
+            "r = int(os.environ.get('PMI_RANK', 0))\n"
+            "try:\n"
+            "    PipelineTrainer([784, 30, 20, 10], 2 + r)\n"
+            "except ValueError as exc:\n"
+            "    print('refused:', exc)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("refused:")]
+    assert len(lines) == 2 and all("micro_batches 2 on rank 0, 3 on rank 1" in line for line in lines), proc.stdout
+
+
+@needs_mpi
+def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on():
+    code = ("import numpy as np; from fastckpt.pipeline import PipelineTrainer\n"
+            "np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], 2, schedule='1f1b', strategy='sqrt')\n"
+            "x = np.random.rand(8, 20); y = np.full((8, 3), 1e300)\n"
+            "before = t.gather()\n"
+            "try:\n"
+            "    t.update_mini_batch(x, y, 0.5)\n"
+            "except FloatingPointError as exc:\n"
+            "    print('refused', t.rank, exc)\n"
+            "after = t.gather()\n"
+            "assert all((a == b).all() for a, b in zip(before[0] + before[1], after[0] + after[1]))\n"
+            "t.update_mini_batch(x, np.zeros((8, 3)), 0.5)\n"
+            "print('trained', t.rank)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout                                    # two ranks' lines may interleave
+    assert out.count("the loss is inf or a gradient is NaN or inf") == 2 and out.count("trained") == 2, out
+
+
+@needs_mpi
+def test_a_dying_stage_ends_the_pipeline_within_bounded_time(tmp_path):
+    pid_of = ["sh", "-c", 'echo $$ > "$0.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" && exec "$@"', str(tmp_path / "pid")]
+    job = subprocess.Popen([MPIEXEC, "-n", "2", *pid_of, *TRAIN, "--pipeline", "2", "--schedule", "1f1b",
+                            "--epochs", "500", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        files = [tmp_path / f"pid.{rank}" for rank in range(2)]
+        deadline = time.monotonic() + 120
+        while not all(f.exists() and f.read_text().strip() for f in files) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(f.exists() for f in files), "the ranks never started"
+        ranks = [psutil.Process(int(f.read_text())) for f in files]
+        time.sleep(3.0)                                   # let them train and wait on each other
+        ranks[0].kill()
+        job.wait(timeout=120)                             # raises if the survivor hangs
+        assert job.returncode != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
