@@ -158,6 +158,20 @@ def _parser():
     p.add_argument("--parallel-batches", type=_positive, default=None,
                    help="mini-batches per update (default: one per thread or rank)")
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
+    p.add_argument("--pipeline", type=_positive, default=None, metavar="P",
+                   help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
+                        "(run under mpiexec -n P; --strategy checkpoints inside every stage)")
+    p.add_argument("--micro-batches", type=_positive, default=4, metavar="M",
+                   help="micro-batches per mini-batch with --pipeline (default 4)")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe",
+                   help="with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most P "
+                        "micro-batches in flight per stage); default gpipe")
+    p.add_argument("--partition", type=_depths, default=None,
+                   help="with --pipeline: layers per stage, e.g. 2,1 (default: balanced predicted time)")
+    p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default="native",
+                   help="with --pipeline: how activations and deltas travel between stages (default native)")
+    p.add_argument("--tensor-parallel", action="store_true",
+                   help="tensor (model) parallelism: every layer's units split across the MPI ranks")
     p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default="quadratic",
                    help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)")
     p.add_argument("--l2", type=_rate, default=0.0, help="L2 weight penalty (0.5 * l2 * ||W||^2 per layer)")

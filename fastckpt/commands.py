@@ -191,27 +191,65 @@ def profile(args):
 
 
 # -- train ------------------------------------------------------------------------------------
+def _model_parallel(args):
+    """The pipeline or tensor-parallel trainer of ``args`` (a collective: every rank makes it)."""
+    if args.pipeline:
+        from .pipeline import PipelineTrainer
+        return PipelineTrainer(args.sizes, args.micro_batches, schedule=args.schedule, strategy=args.strategy,
+                               dtype=args.dtype, loss=args.loss, l2=args.l2, partition=args.partition,
+                               transport=args.transport, batch_size=args.batch_size)
+    from .tensor_parallel import TensorParallelTrainer
+    return TensorParallelTrainer(args.sizes, dtype=args.dtype, loss=args.loss, l2=args.l2)
+
+
 def train(args):
     """Train one net (plainly or with a strategy) on one process, on threads, or on MPI ranks."""
     from .checkpointing import NetworkWithCheckpointing
     trainer = rank = None
-    if not args.mpi and launched_ranks() > 1:
+    modes = [flag for flag, on in (("--mpi", args.mpi), ("--pipeline", args.pipeline),
+                                   ("--tensor-parallel", args.tensor_parallel)) if on]
+    if len(modes) > 1:
+        raise ValueError(f"train takes one of --mpi, --pipeline and --tensor-parallel, got {' and '.join(modes)}")
+    if modes and args.threads > 1:
+        raise ValueError(f"--threads {args.threads} trains on threads of one process; it does not combine "
+                         f"with {modes[0]}")
+    if not modes and launched_ranks() > 1:
         raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
-                         "--mpi: add --mpi to every rank's command, or run it without mpiexec")
-    if args.mpi:
-        from .distributed import MPITrainer, RankGuard
+                         "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
+                         "without mpiexec")
+    if modes:
+        from .distributed import RankGuard
         guard = RankGuard()                        # this rank leaving before training ends ends the job
         rank = guard.rank
+        if args.pipeline and args.pipeline != guard.ranks:
+            raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n "
+                             f"{args.pipeline}), got {guard.ranks}")
     (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
     if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
         raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
                          f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
-    make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
     np.random.seed(args.seed)
-    net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype, loss=args.loss, l2=args.l2)
     lead = rank in (None, 0)
     t0 = time.perf_counter()
-    if args.mpi:
+    if args.pipeline or args.tensor_parallel:
+        net = trainer = guard.run(_model_parallel, args)
+        _, times = guard.run(trainer.SGD, (x_train, y_train), args.epochs, args.batch_size, args.eta,
+                             test_data=(x_test, y_test), verbose=lead and not args.json)
+        workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
+        if args.pipeline:
+            workers.update(pipeline=args.pipeline, micro_batches=args.micro_batches, schedule=args.schedule,
+                           partition=trainer.partition, transport=args.transport,
+                           bubble_fraction=trainer.bubble_fraction())
+        weights, biases = trainer.gather()
+    else:
+        make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
+        net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype, loss=args.loss,
+                                       l2=args.l2)
+        weights, biases = net.weights, net.biases
+    if args.pipeline or args.tensor_parallel:
+        pass
+    elif args.mpi:
+        from .distributed import MPITrainer
         trainer = MPITrainer(net)
         _, times = guard.run(trainer.SGD, (x_train, y_train), args.epochs, args.batch_size, args.eta,
                              test_data=(x_test, y_test), parallel_batches=args.parallel_batches,
@@ -237,7 +275,7 @@ def train(args):
               "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
     if args.save:
-        save_npz(args.save, [*net.weights, *net.biases])          # checked before training (_files)
+        save_npz(args.save, [*weights, *biases])                  # checked before training (_files)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -60,7 +60,7 @@ from fastckpt.kernels import blas_threads, set_blas_threads
 
 from ._checks import check_eta, check_positive_int
 from .network import Network
-from .training import check_training, pair, run_epochs
+from .training import batch_starts, check_training, pair, run_epochs
 
 _GUARD = None    # this process's RankGuard, once the command line has made one
 
@@ -220,6 +220,43 @@ class MPITrainer:
         """End every rank of the job, naming this rank and ``exc``; returns only when this rank is alone."""
         if self.ranks > 1:
             abort_job(self.comm, exc)
+
+
+def check_same_minibatch(comm, x, y, eta):
+    """One small ``allgather`` so that a minibatch of other shapes or another eta on some rank is the
+    same ValueError on every rank (model parallelism: every rank takes the whole minibatch)."""
+    mine = {"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"}
+    check_same_settings(comm.allgather(mine))
+
+
+def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock):
+    """The lab's SGD loop for a model-parallel trainer (every rank passes the same data): the data
+    and settings compared across ranks first, then ``trainer.update_mini_batch`` per minibatch and
+    ``trainer.evaluate`` per epoch, holding ``lock``.  Returns (memusage, updatetime); rank 0 prints."""
+    shared = ()                                       # see NOTE [ No rank waits forever ]
+    try:
+        mine = {"training data": _describe(training_data, "training_data"),
+                "test data": None if test_data is None else _describe(test_data, "test_data"),
+                "epochs": epochs, "batch size": mini_batch_size, "eta": eta}
+        everyone = trainer.comm.allgather({k: str(v) for k, v in mine.items()})
+        shared = (ValueError, TypeError)
+        check_same_settings(everyone)
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(trainer, training_data, epochs,
+                                                                        mini_batch_size, eta)
+        starts = batch_starts(len(x_train), mini_batch_size)
+        shared = (FloatingPointError, ValueError, TypeError)   # update_mini_batch ends the job on the rest
+
+        def update(group):
+            s = group[0]
+            trainer.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+        return run_epochs(trainer, epochs, [[s] for s in starts], update, test_data,
+                          verbose and trainer.rank == 0, lock=lock)
+    except shared:
+        raise
+    except BaseException as exc:
+        if trainer.ranks > 1:
+            abort_job(trainer.comm, exc)
+        raise
 
 
 def share_cores(comm, MPI):

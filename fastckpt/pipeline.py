@@ -43,14 +43,13 @@ from fastckpt.kernels.runs import BAD_LOSS
 
 from ._checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
 from .costs import blas_bytes, layer_costs, param_layout
-from .distributed import _describe, abort_job, check_same_settings, mpi_world, share_cores
+from .distributed import abort_job, check_same_minibatch, check_same_settings, lab_loop, mpi_world, share_cores
 from .engine import forward
 from .network import _draw_normal, _skip_normal
 from .params import Parameters
 from .planning import plan as make_plan
 from .stage import SCHEDULES, Stage, in_flight, live_ranges, schedule, storage_slots
 from .strategies import parse_strategy
-from .training import batch_starts, check_training, run_epochs
 from .transport import TRANSPORTS, Codec
 from .workspace import workspace_delta_elems
 
@@ -275,9 +274,8 @@ class PipelineTrainer:
         shared = ()                                          # see NOTE [ Pipeline errors ]
         try:
             names = ("x", "y")
-            mine = (np.shape(x), np.shape(y), repr(eta))
-            check_same_settings([{"minibatch shapes and eta": repr(v)} for v in self.comm.allgather(mine)])
-            shared = (ValueError, TypeError)
+            shared = (ValueError, TypeError)                  # the same on every rank once compared
+            check_same_minibatch(self.comm, x, y, eta)
             eta = check_eta(eta)
             xb = as_batch(x, self.sizes[0], names[0], "input")
             yb = as_batch(y, self.sizes[-1], names[1], "output")
@@ -413,33 +411,9 @@ class PipelineTrainer:
         return self.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True):
-        """The lab's loop: every rank passes the same data; returns (memusage, updatetime) of this rank.
-
-        First checks that every rank has the same data (a ValueError on every rank if not).
-        """
-        shared = ()
-        try:
-            mine = {"training data": _describe(training_data, "training_data"),
-                    "test data": None if test_data is None else _describe(test_data, "test_data"),
-                    "epochs": epochs, "batch size": mini_batch_size, "eta": eta}
-            everyone = self.comm.allgather({k: str(v) for k, v in mine.items()})
-            shared = (ValueError, TypeError)
-            check_same_settings(everyone)
-            x_train, y_train, epochs, mini_batch_size, eta = check_training(self, training_data, epochs,
-                                                                            mini_batch_size, eta)
-            starts = batch_starts(len(x_train), mini_batch_size)
-            shared = (FloatingPointError, ValueError, TypeError)   # update_mini_batch ends the job on the rest
-
-            def update(group):
-                s = group[0]
-                self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
-            return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose and self.rank == 0)
-        except shared:
-            raise
-        except BaseException as exc:
-            if self.ranks > 1:
-                abort_job(self.comm, exc)
-            raise
+        """The lab's loop; every rank passes the same data (checked first).  Returns (memusage, updatetime)
+        of this rank; rank 0 prints."""
+        return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, self.params.lock)
 
 
 class _Link:

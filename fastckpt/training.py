@@ -40,18 +40,18 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     return starts
 
 
-def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None):
+def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None):
     """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
 
     Records the process RSS before each update and its duration, evaluates and
     prints per epoch as the lab does; returns (memusage, updatetime).  The whole
-    run holds the net's lock: it is one call, and other threads' calls wait for it.
+    run holds the net's lock (or ``lock``): it is one call, and other threads' calls wait for it.
     """
     if test_data is not None:
         x_test, y_test = pair(test_data, "test_data")
     process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
-    with net.params.lock:
+    with net.params.lock if lock is None else lock:
         net.accuracies = []
         for j in range(epochs):
             for i, group in enumerate(groups):

@@ -160,8 +160,8 @@ def test_ranks_started_with_different_settings_all_refuse(tmp_path):
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("refused:")]
-    assert len(lines) == 2 and all("micro_batches 2 on rank 0, 3 on rank 1" in line for line in lines), proc.stdout
+    assert proc.stdout.count("the 2 ranks were started with different settings: micro_batches 2 on rank 0, "
+                             "3 on rank 1") == 2, proc.stdout        # two ranks' lines may interleave
 
 
 @needs_mpi

@@ -1,0 +1,303 @@
+"""Tensor parallelism over MPI, driven through mpiexec as a user would; every run has a time limit.
+
+One job per rank count trains every case below (MPI startup dominates), each rank saving
+what it holds; the tests compare that with one process's ``fastckpt.Network``.  Ranks are
+found by the PID each one writes at start, never by name.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import fastckpt
+
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or not __import__("importlib").util.find_spec("mpi4py"),
+                               reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
+pytestmark = needs_mpi
+LIMIT = 120                        # seconds before a job counts as hung
+
+# name: trainer arguments; every case trains on batches of 10, 10, 7 (leading rows of the buffers),
+# 16 (new buffers) and 10 samples
+CASES = {
+    "lab": dict(sizes=[784, 40, 30, 10]),                                        # 3 layers: layer 0 row-split
+    "even": dict(sizes=[784, 30, 10]),                                           # 2 layers: layer 0 column-split
+    # widths that neither rank count divides; split are sizes[1] and [3] (even depth), [0] and [2] (odd)
+    "uneven": dict(sizes=[33, 9, 6, 5, 3]),
+    "uneven_odd": dict(sizes=[33, 7, 5, 3]),
+    "cross_entropy_l2": dict(sizes=[784, 40, 30, 10], loss="cross_entropy", l2=[1e-3, 0.0, 2e-2]),
+    "float32": dict(sizes=[784, 40, 30, 10], dtype="float32"),
+}
+BATCHES = [10, 10, 7, 16, 10]
+ETA = 3.0
+
+DRIVER = textwrap.dedent("""
+    import json, pathlib, sys
+    import numpy as np
+    import fastckpt
+    from fastckpt.tensor_parallel import TensorParallelTrainer
+
+    spec = json.loads(sys.argv[1])
+    out = pathlib.Path(spec["out"])
+    (mnist_x, mnist_y), _ = fastckpt.load_mnist()
+    for name, case in spec["cases"].items():
+        case = dict(case)
+        np.random.seed(case.pop("seed", 0))
+        eta, width = case.pop("eta", 3.0), case.pop("x_width", case["sizes"][0])
+        batches = case.pop("batches")
+        y_scale, repeat = case.pop("y_scale", None) or [1.0] * len(batches), case.pop("repeat", 1)
+        trainer = TensorParallelTrainer(**case)
+        rank = trainer.rank
+        eta = spec.get("eta_of_rank", {}).get(str(rank), eta)
+        if str(rank) in spec.get("refuse_on_rank", ()):      # this rank's step is refused, as by an overflow
+            import fastckpt.tensor_parallel as tp
+            tp.sgd_step = lambda *args: False
+        n, sizes = sum(batches), case["sizes"]
+        if sizes[0] == 784 and sizes[-1] == 10:
+            x, y = mnist_x[:n], mnist_y[:n]
+        else:
+            rng = np.random.default_rng(1)
+            x, y = rng.random((n, sizes[0])), np.eye(sizes[-1])[rng.integers(0, sizes[-1], n)]
+        w0, b0 = trainer.gather()
+        losses, errors, start = [], [], 0
+        for k in range(len(batches) * repeat):
+            size, scale = batches[k % len(batches)], y_scale[k % len(batches)]
+            start = start if start + size <= n else 0
+            try:
+                losses.append(trainer.update_mini_batch(x[start:start + size, :width], y[start:start + size] * scale,
+                                                        eta))
+            except FloatingPointError as exc:
+                losses.append(np.nan)
+                errors.append(f"update {k}: {exc}")
+            start += size
+            if k == 0 and "started" in spec:
+                pathlib.Path(spec["started"]).touch()
+        w, b = trainer.gather()
+        pred = trainer.predicted_bytes()
+        arrays = {f"{kind}_{i}": v for kind, vs in (("w0", w0), ("b0", b0), ("w", w), ("b", b))
+                  for i, v in enumerate(vs)}
+        np.savez(out / f"{name}.rank{rank}.npz", x=x, y=y, losses=np.array(losses),
+                 bytes_per_update=trainer.bytes_per_update, errors=np.array(errors, dtype=str),
+                 **{f"pred {k}": v for k, v in pred.items()}, **arrays)
+""")
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tp") / "driver.py"
+    path.write_text(DRIVER)
+    return path
+
+
+def run(driver, ranks, spec):
+    """``mpiexec -n ranks python driver spec``: (returncode, stdout, stderr, seconds)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(driver), json.dumps(spec)],
+                          capture_output=True, text=True, timeout=LIMIT)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def trained(request, driver, tmp_path_factory):
+    """Every case trained on 2 or 4 ranks: (ranks, {case: [what rank r saved]})."""
+    ranks, out = request.param, tmp_path_factory.mktemp(f"ranks{request.param}")
+    cases = {name: dict(case, batches=BATCHES, eta=ETA) for name, case in CASES.items()}
+    code, _, err, _ = run(driver, ranks, {"out": str(out), "cases": cases})
+    assert code == 0, err
+    return ranks, {name: [dict(np.load(out / f"{name}.rank{r}.npz")) for r in range(ranks)] for name in CASES}
+
+
+def reference(case, saved, y_scale=None):
+    """fastckpt.Network after ``np.random.seed(0)``, trained on the batches the ranks trained on."""
+    args = dict(case)
+    np.random.seed(0)
+    net = fastckpt.Network(args.pop("sizes"), dtype=np.dtype(args.pop("dtype", "float64")), **args)
+    start, losses = 0, []
+    for size, scale in zip(BATCHES, y_scale or [1.0] * len(BATCHES)):
+        try:
+            net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size] * scale, ETA)
+            losses.append(net.last_loss)
+        except FloatingPointError:
+            losses.append(np.nan)
+        start += size
+    return net, losses
+
+
+def layers(saved, kind, n):
+    return [saved[f"{kind}_{i}"] for i in range(n)]
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if name != "float32"])
+def test_training_gives_the_weights_of_one_process(trained, name):
+    ranks, results = trained
+    net, losses = reference(CASES[name], results[name][0])
+    n = len(net.weights)
+    for got, want in zip(layers(results[name][0], "w", n) + layers(results[name][0], "b", n),
+                         list(net.weights) + list(net.biases)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(results[name][0]["losses"], losses, rtol=1e-12)
+
+
+def test_float32_training_is_close_to_one_process(trained):
+    # float32 (unit roundoff 6e-8): the GEMMs sum in another order (each rank's partial sums, then the
+    # all-reduce), so a result may differ in its last bit, and 5 updates carry that on.  Measured: at
+    # most 1 ulp of the largest weight (4.8e-7 at |w| = 4.7) on 2 and 4 ranks; this allows ~4 ulps.
+    ranks, results = trained
+    net, losses = reference(CASES["float32"], results["float32"][0])
+    n = len(net.weights)
+    for got, want in zip(layers(results["float32"][0], "w", n) + layers(results["float32"][0], "b", n),
+                         list(net.weights) + list(net.biases)):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+    np.testing.assert_allclose(results["float32"][0]["losses"], losses, rtol=2e-6)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_initial_weights_are_the_lab_draw_exactly(trained, name):
+    ranks, results = trained
+    args = dict(CASES[name])
+    np.random.seed(0)
+    net = fastckpt.Network(args["sizes"], dtype=np.dtype(args.get("dtype", "float64")))
+    n = len(net.weights)
+    for got, want in zip(layers(results[name][0], "w0", n) + layers(results[name][0], "b0", n),
+                         list(net.weights) + list(net.biases)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_rank_gathers_the_same_net_and_loss_in_the_lab_shapes(trained, name):
+    ranks, results = trained
+    sizes = CASES[name]["sizes"]
+    dtype = np.dtype(CASES[name].get("dtype", "float64"))
+    first = results[name][0]
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        assert first[f"w_{i}"].shape == (n_out, n_in) and first[f"b_{i}"].shape == (n_out, 1)
+        assert first[f"w_{i}"].dtype == dtype and first[f"b_{i}"].dtype == dtype
+    for other in results[name][1:]:                    # replicated parts stay identical, bit for bit
+        for key in first:
+            if key[:2] in ("w_", "b_", "lo"):
+                np.testing.assert_array_equal(other[key], first[key], err_msg=key)
+
+
+@pytest.mark.parametrize("name", ["lab", "cross_entropy_l2", "uneven", "uneven_odd"])
+def test_bytes_per_update_and_predicted_memory(trained, name):
+    ranks, results = trained
+    sizes, l2 = CASES[name]["sizes"], CASES[name].get("l2", 0.0)
+    layers_, batch, item = len(sizes) - 1, BATCHES[-1], 8
+    rows = [layer for layer in range(layers_) if (layers_ - 1 - layer) % 2 == 0]
+    payload = item * batch * (sizes[-1] + 2 * sum(sizes[layer + 1] for layer in rows if layer < layers_ - 1))
+    payload += 8 if np.any(l2) else 0
+    for saved in results[name]:
+        assert int(saved["bytes_per_update"]) == payload * 2 * (ranks - 1) // ranks
+        assert int(saved["pred total"]) == sum(int(saved[f"pred {k}"]) for k in
+                                               ("parameters", "gradients", "activations", "comm buffers"))
+    # the slices add up to the net, and every rank holds the whole bias of each row-split layer
+    weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    biases = sum(sizes[layer + 1] * (ranks if layer in rows else 1) for layer in range(layers_))
+    assert sum(int(saved["pred parameters"]) for saved in results[name]) == item * (weights + biases)
+
+
+def test_a_non_finite_loss_is_a_floating_point_error_on_every_rank_with_weights_unchanged(driver, tmp_path):
+    scales = [1.0, 1e200, 1.0, 1.0, 1.0]                 # (a - y)^2 overflows at the second update
+    case = dict(CASES["lab"], batches=BATCHES, y_scale=scales)
+    code, _, err, seconds = run(driver, 2, {"out": str(tmp_path), "cases": {"lab": case}})
+    assert code == 0 and seconds < LIMIT, err
+    saved = [dict(np.load(tmp_path / f"lab.rank{r}.npz")) for r in range(2)]
+    for mine in saved:
+        assert list(mine["errors"]) == ["update 1: the loss is inf (non-finite); weights left unchanged"]
+    net, losses = reference(CASES["lab"], saved[0], scales)
+    assert np.isnan(losses[1])
+    for got, want in zip(layers(saved[0], "w", 3) + layers(saved[0], "b", 3), list(net.weights) + list(net.biases)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("case, message", [
+    (dict(sizes=[784, 1, 10]), "ValueError: layer 0 splits its outputs, sizes[1] = 1 units, over 2 ranks, but "
+                               "every rank needs at least one; use at most 1 ranks or widen that layer"),
+    (dict(sizes=[784, 40, 30, 10], eta=-1), "ValueError: eta must be finite and >= 0, got -1"),
+    (dict(sizes=[784, 40, 30, 10], x_width=783), "ValueError: x has shape (10, 783): 783 values per sample, "
+                                                 "but the network's input layer has 784 units"),
+    (dict(sizes=[784, 40, 10], dtype="float16"), "TypeError: dtype must be float32 or float64, got 'float16'"),
+    (dict(sizes=[784, 40, 10], l2=[0.1]), "ValueError: l2 must be one number or one per layer (2), got 1 values"),
+], ids=["narrow-layer", "eta", "x-shape", "dtype", "l2"])
+def test_a_bad_argument_is_the_same_clear_error_on_every_rank(driver, tmp_path, case, message):
+    code, out, err, seconds = run(driver, 2, {"out": str(tmp_path), "cases": {"bad": dict(case, batches=[10])}})
+    assert code != 0 and seconds < LIMIT
+    assert err.count(message) == 2, err                  # raised by each rank, not one rank and an abort
+    assert "Abort" not in err and not list(tmp_path.glob("*.npz"))
+
+
+def test_ranks_seeded_differently_are_refused_on_every_rank(driver, tmp_path):
+    specs = [json.dumps({"out": str(tmp_path), "cases": {"c": dict(sizes=[784, 40, 10], batches=[10], seed=s)}})
+             for s in (0, 1)]
+    proc = subprocess.run([MPIEXEC, "-n", "1", sys.executable, str(driver), specs[0], ":",
+                           "-n", "1", sys.executable, str(driver), specs[1]],
+                          capture_output=True, text=True, timeout=LIMIT)
+    assert proc.returncode != 0
+    said = "ValueError: the 2 ranks were started with different settings: np.random state (seed every rank alike)"
+    assert proc.stderr.count(said) == 2, proc.stderr
+
+
+def test_an_update_refused_on_one_rank_ends_the_job(driver, tmp_path):
+    case = dict(CASES["float32"], batches=BATCHES)
+    code, _, err, seconds = run(driver, 2, {"out": str(tmp_path), "cases": {"c": case}, "refuse_on_rank": ["1"]})
+    assert code == 1 and seconds < LIMIT, err
+    assert ("fastckpt: rank 1 of 2 failed: FloatingPointError: the update would make rank 1's parameters NaN "
+            "or inf; ending the job") in err
+    assert not list(tmp_path.glob("*.npz"))
+
+
+def test_another_eta_on_one_rank_is_the_same_error_on_every_rank(driver, tmp_path):
+    case = dict(CASES["float32"], batches=BATCHES)
+    code, _, err, seconds = run(driver, 2, {"out": str(tmp_path), "cases": {"c": case}, "eta_of_rank": {"1": 1e300}})
+    assert code != 0 and seconds < LIMIT, err
+    assert err.count("ValueError: the 2 ranks were started with different settings: minibatch shapes and eta") == 2
+    assert "Abort" not in err
+
+
+def test_a_dying_rank_ends_the_run_within_bounded_time(driver, tmp_path):
+    # each rank's shell writes its PID (kept by exec) to pid.<rank>: the ranks are found by PID, not by name
+    pid_of = ["sh", "-c", 'echo $$ > "$0.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}" && exec "$@"', str(tmp_path / "pid")]
+    started = tmp_path / "started"
+    case = dict(CASES["lab"], batches=BATCHES, repeat=10**6)     # far longer than the test waits
+    spec = {"out": str(tmp_path), "cases": {"c": case}, "started": str(started)}
+    job = subprocess.Popen([MPIEXEC, "-n", "2", *pid_of, sys.executable, str(driver), json.dumps(spec)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        files = [tmp_path / f"pid.{rank}" for rank in range(2)]
+        deadline = time.monotonic() + LIMIT
+        while not (started.exists() and all(f.exists() and f.read_text().strip() for f in files)):
+            assert time.monotonic() < deadline and job.poll() is None, "the ranks never started training"
+            time.sleep(0.1)
+        psutil.Process(int(files[1].read_text())).kill()
+        t0 = time.monotonic()
+        job.wait(timeout=LIMIT)                                 # raises if the survivor hangs
+        assert job.returncode != 0 and time.monotonic() - t0 < 30
+        assert not list(tmp_path.glob("*.npz"))                 # rank 0 did not finish either
+    finally:
+        if job.poll() is None:
+            job.kill()
+
+
+@needs_mpi
+def test_cli_tensor_parallel_trains_like_one_process(tmp_path):
+    outs = [tmp_path / "tp.npz", tmp_path / "one.npz"]
+    # 10 updates: over hundreds, summation-order differences grow chaotically in one process too
+    train = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1", "--batch-size", "400", "--loss",
+             "cross_entropy", "--l2", "0.001", "--json", "--save"]
+    proc = subprocess.run([MPIEXEC, "-n", "2", *train, str(outs[0]), "--tensor-parallel"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    one = subprocess.run([*train, str(outs[1])], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    a, b = np.load(outs[0]), np.load(outs[1])
+    for key in b.files:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-10, atol=1e-12)
+    assert json.loads(proc.stdout)["accuracies"] == pytest.approx(json.loads(one.stdout)["accuracies"], abs=1e-9)
