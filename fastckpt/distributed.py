@@ -356,3 +356,15 @@ class RankGuard:
                  "rank (its error is above); ending the job")
             self.comm.Abort(1)
             os._exit(1)
+
+
+def __getattr__(name):
+    """``fastckpt.distributed.PipelineTrainer`` and ``TensorParallelTrainer``: the model-parallel
+    trainers live in their own modules, which import this one."""
+    if name == "PipelineTrainer":
+        from .pipeline import PipelineTrainer
+        return PipelineTrainer
+    if name == "TensorParallelTrainer":
+        from .tensor_parallel import TensorParallelTrainer
+        return TensorParallelTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,7 @@
+import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -27,3 +30,19 @@ def _isolated_global_seed():
 def mnist():
     from fastckpt import load_mnist
     return load_mnist()
+
+
+@pytest.fixture
+def jit_twins():
+    """``run(script)`` runs a script that prints JSON last, compiled and with NUMBA_DISABLE_JIT=1;
+    returns the (compiled, python) results."""
+    def run(script):
+        results = []
+        for disable in (False, True):
+            env = dict(os.environ, NUMBA_DISABLE_JIT="1" if disable else "0")
+            proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                                  timeout=600)
+            assert proc.returncode == 0, proc.stderr
+            results.append(json.loads(proc.stdout.splitlines()[-1]))
+        return results
+    return run

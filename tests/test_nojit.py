@@ -1,8 +1,5 @@
 """NUMBA_DISABLE_JIT=1 runs every kernel as Python, the GEMM included, and gives the compiled numbers."""
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,15 +27,8 @@ print(json.dumps(out))
 """
 
 
-def _run(disable):
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1" if disable else "0")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
-
-
-def test_the_kernels_as_python_give_the_compiled_numbers():
-    compiled, python = _run(False), _run(True)
+def test_the_kernels_as_python_give_the_compiled_numbers(jit_twins):
+    compiled, python = jit_twins(SCRIPT)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
     for case in (k for k in compiled if "-" in k):             # the same libm and BLAS: the very same numbers
         for part in ("ff", "grads", "after"):

@@ -1,11 +1,7 @@
 """Transport codecs against independent references: the nearest code found by search in the list of every
 finite float16 / bfloat16 value (ties to the even code), NumPy's float16 cast, bfloat16's textbook bit
 trick, a slow exact int8 twin; then error bounds, byte counts, refusals, and the kernels as Python."""
-import json
-import os
 import re
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -444,15 +440,8 @@ print(json.dumps(out))
 """
 
 
-def _run(disable):
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1" if disable else "0")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
-
-
-def test_the_kernels_as_python_give_the_compiled_bytes():
-    compiled, python = _run(False), _run(True)
+def test_the_kernels_as_python_give_the_compiled_bytes(jit_twins):
+    compiled, python = jit_twins(SCRIPT)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
     assert not compiled["python_kernel"]
     cases = [k for k in compiled if " " in k]
