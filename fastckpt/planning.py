@@ -222,7 +222,8 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     dtype : {numpy.float64, numpy.float32}, optional
     strategy : Strategy or str, optional
         ``"plain"``, ``"every_nth(n)"``, ``"segments(k)"``, ``"sqrt"``,
-        ``"revolve(slots)"``, ``"budget(bytes)"`` or ``"budget(bytes, once)"``,
+        ``"revolve(slots)"``, ``"budget(bytes)"``, ``"budget(bytes, once)"`` (a bound on
+        activation memory) or ``"fit(bytes)"`` (a bound on the whole step's ``total``),
         or the objects of the same names in :mod:`fastckpt.strategies`.
     optimizer_in_backward : bool, optional
         Plan for SGD applied inside the backward pass (no gradient buffers).
@@ -232,7 +233,7 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     Raises
     ------
     InfeasiblePlan
-        When a ``budget`` is below the least any schedule needs; the message
+        When a ``budget`` or ``fit`` is below the least any schedule needs; the message
         and ``minimum_bytes`` give that least.
     """
     sizes = check_sizes(sizes)
@@ -240,6 +241,6 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     dtype = check_dtype(dtype)
     strategy = parse_strategy(strategy)
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
-    tree = strategy.tree(sizes, batch_size, dtype.itemsize)
+    tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads)
     return compile_plan(sizes, batch_size, dtype, tree, strategy,
                         optimizer_in_backward=optimizer_in_backward, blas_threads=threads)

@@ -42,7 +42,7 @@ from fastckpt.kernels.schedules import (
     revolve_splits,
 )
 
-from .trees import keep_all
+from .trees import keep_all, suffix_sums
 
 _NO_LIMIT = 2**62                            # bytes above any peak
 
@@ -107,15 +107,18 @@ class Front:
         return self._tree(k)
 
 
-def multi_front(flops, w, limit):
+def multi_front(flops, w, limit, grads=None):
     """Front over all trees of the whole chain; points above ``limit`` bytes (if given) are dropped.
 
     Peaks only grow going up a tree, so a point dropped for exceeding the limit
-    could never be part of a tree that fits it.
+    could never be part of a tree that fits it.  With ``grads`` (bytes per
+    layer) a point's peak is the arena that also holds the gradients written so
+    far, as :func:`~fastckpt.trees.walk` counts it (NOTE [ Gradients in the arena ]).
     """
     prefix, w, regions = _inputs(flops, w)
     cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
-    ints, cost, start, stop = multi_points(prefix, w, regions, cap)
+    after = np.array(suffix_sums(grads or [0] * (len(w) - 1)), dtype=np.int64)
+    ints, cost, start, stop = multi_points(prefix, w, regions, after, cap)
     n = len(w)
     first, end = start[0, n], stop[0, n]
 
@@ -149,15 +152,16 @@ def once_front(flops, w, limit):
     return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
 
 
-def least_peak(search, flops, w):
+def least_peak(search, flops, w, **grads):
     """The least peak of any tree ``search`` (:func:`multi_front` or :func:`once_front`) covers.
 
     It is the first point of the front without a limit, found under doubling
-    limits so that no front holds points much above it.
+    limits so that no front holds points much above it.  ``grads=`` is passed
+    on to :func:`multi_front`.
     """
     limit = 2 * int(np.max(region_table(w)))            # every tree forwards through the widest pair
     while True:
-        front = search(flops, w, limit)
+        front = search(flops, w, limit, **grads)
         if front.peaks:
             return front.peaks[0]
         limit *= 2

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from .costs import delta_elems, describe_sizes, forward_flops, state_bytes
+from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, grad_bytes, param_layout, state_bytes
 from .search import multi_front, once_front, revolve_tree
 from .trees import keep_all, spine
 
@@ -23,6 +23,11 @@ class Strategy:
 
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
+
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1):
+        """The tree for a whole training step: :meth:`tree`, unless the strategy bounds the
+        step's total bytes (:class:`Fit`), which depend on the update mode and BLAS threads."""
+        return self.tree(sizes, batch_size, itemsize)
 
     def check(self, sizes):
         """Refuse a net this strategy cannot apply to, whatever the batch size (cheap: no search)."""
@@ -151,6 +156,46 @@ class Budget(Strategy):
         return f"budget({spelled})" if self.recompute == "multi" else f"budget({spelled}, once)"
 
 
+class Fit(Strategy):
+    """The least recomputation whose whole training step is predicted to fit ``nbytes``.
+
+    Where ``budget(bytes)`` bounds the activation memory only, ``fit(bytes)``
+    bounds the plan's ``total``: parameters, gradients, activations, deltas,
+    scratch and BLAS's buffers, i.e. what memray measures for a training step.
+    It does not count the Python interpreter and libraries nor the training
+    data.  The search is ``budget``'s, over all schedule trees, with each
+    gradient's bytes counted from the step that writes it (NOTE [ Gradients
+    in the arena ]).
+    """
+
+    def __init__(self, nbytes):
+        self.nbytes = parse_bytes(nbytes, "fit(bytes)")
+
+    def tree(self, sizes, batch_size, itemsize):
+        return self.step_tree(sizes, batch_size, itemsize)
+
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1):
+        fixed = (param_layout(sizes, itemsize)[1] * itemsize + delta_elems(sizes, batch_size) * itemsize
+                 + max(sizes[1:]) * 8 + blas_bytes(sizes, batch_size, blas_threads))
+        w = state_bytes(sizes, batch_size, itemsize)
+        grads = None if optimizer_in_backward else grad_bytes(sizes, itemsize)
+        flops = forward_flops(sizes, batch_size)
+        room = self.nbytes - fixed
+        front = multi_front(flops, w, room, grads) if room > 0 else None
+        if front is not None and front.peaks:                     # peaks: the arena with the gradients
+            return front.tree(len(front.peaks) - 1)
+        from .search import least_peak
+        least = fixed + least_peak(multi_front, flops, w, grads=grads)
+        raise InfeasiblePlan(
+            f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
+            f"{least} bytes ({least / 2**20:.2f} MiB) for a training step, of which {fixed} "
+            f"({fixed / 2**20:.2f} MiB) are parameters, deltas and buffers no schedule removes; got {self.nbytes}",
+            least)
+
+    def __str__(self):
+        return f"fit({format_bytes(self.nbytes)})"
+
+
 class InfeasiblePlan(ValueError):
     """A budget below what any schedule needs; ``minimum_bytes`` says what would fit."""
 
@@ -208,7 +253,8 @@ _CALL = re.compile(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*")
 
 def parse_strategy(spec):
     """A :class:`Strategy` from itself or a spelling: ``"plain"``, ``"every_nth(2)"``,
-    ``"segments(8)"``, ``"sqrt"``, ``"revolve(4)"``, ``"budget(24MiB)"``, ``"budget(24MiB, once)"``."""
+    ``"segments(8)"``, ``"sqrt"``, ``"revolve(4)"``, ``"budget(24MiB)"``, ``"budget(24MiB, once)"``,
+    ``"fit(1GiB)"``."""
     if isinstance(spec, Strategy):
         return spec
     if not isinstance(spec, str):
@@ -222,5 +268,22 @@ def parse_strategy(spec):
         return {"every_nth": EveryNth, "segments": Segments, "revolve": Revolve}[name](int(args[0]))
     if name == "budget" and len(args) in (1, 2):
         return Budget(args[0], *args[1:])
+    if name == "fit" and len(args) == 1:
+        return Fit(args[0])
     raise ValueError(f"unknown strategy {spec!r}; use plain, every_nth(n), segments(k), sqrt, "
-                     "revolve(slots) or budget(bytes[, once])")
+                     "revolve(slots), budget(bytes[, once]) or fit(bytes)")
+
+
+def parse_strategies(text):
+    """Strategies from one comma-separated string, as every command and script takes them:
+    ``"every_nth(2),sqrt,budget(24MiB, once)"`` (commas inside parentheses belong to the strategy)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [parse_strategy(p) for p in parts if p.strip()]

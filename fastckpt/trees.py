@@ -76,7 +76,7 @@ def walk(tree, n_layers, w, grads=None):
     reverse step to the end, stacked down from the arena's top (see NOTE
     [ Gradients in the arena ]).
     """
-    after = _suffix_sums(grads or [0] * n_layers)          # after[t]: gradient bytes once step t is done
+    after = suffix_sums(grads or [0] * n_layers)          # after[t]: gradient bytes once step t is done
     ops, reads, writes = [], [], []
     kept = None
     peak = arena = 0
@@ -111,7 +111,7 @@ def walk(tree, n_layers, w, grads=None):
     return ops, reads, writes, kept, peak, arena
 
 
-def _suffix_sums(grads):
+def suffix_sums(grads):
     """``out[t]`` = bytes of the gradients of layers t .. L-1, for t = 0 .. L+1."""
     out = [0] * (len(grads) + 2)
     for t in range(len(grads) - 1, -1, -1):

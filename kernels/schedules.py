@@ -120,22 +120,26 @@ def merge_front(a_ints, a_cost, na, b_ints, b_cost, nb, out_ints, out_cost):
 
 
 @kernel
-def multi_points(prefix, w, regions, cap):
+def multi_points(prefix, w, regions, after, cap):
     """Every sub-chain's front as points: int rows (peak, split, right point, left point), costs,
     and ``start[s, t] .. stop[s, t]``, the points of steps ``s .. t-1``.
 
-    A sub-chain's front is merged split by split; a split is skipped when a
-    point found already peaks at most its least peak for at most its least cost.
+    ``after[t]`` bytes are added to the peak of every forward of a sub-chain
+    ending at step ``t`` and to the leaf of step ``t`` (the gradients written
+    by then; all zero for the activations' peak alone).  A sub-chain's front is
+    merged split by split; a split is skipped when a point found already
+    peaks at most its least peak for at most its least cost.
     """
     n = w.shape[0]
-    ints = np.full((1024, 4), -1, dtype=np.int64)
-    cost = np.zeros(1024)
-    ints[0, 0] = 0                                       # the leaf: no bytes, no FLOPs
-    size = 1
+    ints = np.full((max(1024, n + 1), 4), -1, dtype=np.int64)
+    cost = np.zeros(ints.shape[0])
+    size = n                                             # the leaves: no FLOPs, after[s] bytes
     start = np.zeros((n + 1, n + 1), dtype=np.int64)
     stop = np.zeros((n + 1, n + 1), dtype=np.int64)
     for s in range(n):
-        stop[s, s + 1] = 1
+        ints[s, 0] = after[s]
+        start[s, s + 1] = s
+        stop[s, s + 1] = s + 1
     front_ints, front_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)   # the sub-chain's front so far
     cand_ints, cand_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)     # one split's points
     out_ints, out_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)
@@ -144,7 +148,7 @@ def multi_points(prefix, w, regions, cap):
             t = s + length
             nf = 0
             for i in range(s + 1, t):
-                region = regions[s, i]
+                region = regions[s, i] + after[t]
                 if region > cap:
                     break                                # regions only widen with i
                 rs, re, ls, le = start[i, t], stop[i, t], start[s, i], stop[s, i]

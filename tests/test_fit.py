@@ -1,0 +1,71 @@
+"""``fit(bytes)``: a bound on the whole step's predicted bytes, against exhaustive search over schedule trees."""
+import exhaustive
+import numpy as np
+import pytest
+
+from fastckpt import InfeasiblePlan, plan
+from fastckpt.costs import forward_flops, grad_bytes, state_bytes
+from fastckpt.trees import tree_cost, walk
+
+
+def _every_tree(sizes, batch, item, fused):
+    """(total bytes, forward FLOPs) of every schedule tree of the net, from the plan's own byte count."""
+    n_layers = len(sizes) - 1
+    fixed = plan(sizes, batch, np.dtype(f"f{item}"), "plain", optimizer_in_backward=fused, blas_threads=1).bytes()
+    fixed = fixed["total"] - fixed["gradients"] - fixed["kept_activations"] - fixed["recompute_buffers"] \
+        - fixed["shared_by_gradients"]
+    w = state_bytes(sizes, batch, item)
+    grads = None if fused else grad_bytes(sizes, item)
+    flops = forward_flops(sizes, batch)
+    return [(fixed + walk(t, n_layers, w, grads)[5], tree_cost(t, n_layers, flops)[0])
+            for t in exhaustive.all_trees(0, n_layers + 1)]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["sgd-after", "sgd-in-backward"])
+def test_fit_is_the_least_recomputation_whose_total_fits(rng, fused):
+    checked = 0
+    for _ in range(60):
+        n_layers = int(rng.integers(2, 7))
+        sizes = [int(s) for s in rng.integers(1, 40, size=n_layers + 1)]
+        batch, item = int(rng.integers(1, 30)), int(rng.choice([4, 8]))
+        trees = _every_tree(sizes, batch, item, fused)
+        dtype = np.dtype(f"f{item}")
+        for limit in sorted({t for t, _ in trees}):
+            p = plan(sizes, batch, dtype, f"fit({limit})", optimizer_in_backward=fused, blas_threads=1)
+            best = min(c for t, c in trees if t <= limit)
+            got = float(np.dot(p.forward_counts, forward_flops(sizes, batch)))
+            assert p.bytes()["total"] <= limit
+            assert got == pytest.approx(best, rel=1e-12), (sizes, batch, item, limit)
+            checked += 1
+        least = min(t for t, _ in trees)
+        with pytest.raises(InfeasiblePlan) as info:
+            plan(sizes, batch, dtype, f"fit({least - 1})", optimizer_in_backward=fused, blas_threads=1)
+        assert info.value.minimum_bytes == least
+        assert f"fit({least - 1})" in str(info.value) and str(least) in str(info.value)
+    assert checked > 100
+
+
+@pytest.mark.memory
+@pytest.mark.parametrize("fused", [False, True], ids=["sgd-after", "sgd-in-backward"])
+def test_a_fit_net_trains_within_its_bytes_by_memray(fused):
+    from fastckpt import NetworkWithCheckpointing
+    from fastckpt.memory import memray_peak
+    sizes, batch = [784] + [256] * 24 + [10], 512
+    whole = plan(sizes, batch, "float64", "plain", optimizer_in_backward=fused).bytes()["total"]
+    with pytest.raises(InfeasiblePlan) as info:
+        plan(sizes, batch, "float64", "fit(1MiB)", optimizer_in_backward=fused)
+    limit = (whole + info.value.minimum_bytes) // 2
+    p = plan(sizes, batch, "float64", f"fit({limit})", optimizer_in_backward=fused)
+    assert info.value.minimum_bytes <= p.bytes()["total"] <= limit < whole
+    rng = np.random.default_rng(0)
+    x, y = rng.random((batch, sizes[0])), rng.random((batch, sizes[-1]))
+
+    def build_and_train():
+        np.random.seed(0)
+        net = NetworkWithCheckpointing(sizes, strategy=f"fit({limit})", optimizer_in_backward=fused)
+        for _ in range(3):
+            net.update_mini_batch(x, y, 0.01)
+    build_and_train()                                                   # warm-up: kernels and BLAS threads
+    measured = memray_peak(build_and_train)
+    assert measured <= limit + 256 * 1024, (measured, limit)
+    assert abs(measured - p.bytes()["total"]) <= 256 * 1024
