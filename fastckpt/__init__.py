@@ -9,8 +9,9 @@ from .engine import Engine
 from .network import Network
 from .params import Parameters
 from .planning import Plan, plan
+from .saving import load
 from .strategies import InfeasiblePlan
 
 __version__ = "0.1.0"
-__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "load_mnist",
-           "memory", "plan", "strategies"]
+__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "load",
+           "load_mnist", "memory", "plan", "strategies"]

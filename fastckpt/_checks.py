@@ -132,3 +132,29 @@ def as_labels(y, n_out, n, names):
         raise ValueError(f"{name} holds labels from {y.min()} to {y.max()}, but the net has "
                          f"{n_out} outputs (labels 0..{n_out - 1})")
     return y
+
+
+def as_targets(y, n_out, name):
+    """``y`` as target rows (batch, n_out) (the lab's (batch, n_out, 1) too), or as integer labels
+    (batch,) checked to lie in 0..n_out-1, which the caller turns into one-hot rows."""
+    refuse_masked(y, name)
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        return as_batch(arr, n_out, name, "output")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be target rows (batch, {n_out}) or integer labels (batch,), got a 1-D "
+                        f"array of dtype {arr.dtype}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has no samples (shape {arr.shape})")
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi >= n_out:
+        raise ValueError(f"{name} holds labels from {lo} to {hi}, but the net has {n_out} outputs "
+                         f"(labels 0..{n_out - 1})")
+    return arr
+
+
+def one_hot_into(labels, out):
+    """Write the one-hot rows of integer ``labels`` into ``out`` (len(labels), n_out)."""
+    out[...] = 0
+    out[np.arange(labels.shape[0]), labels] = 1
+    return out

@@ -6,11 +6,13 @@ costs a second, not a training run.
 import os
 import tempfile
 
-import numpy as np
-
 
 def check_paths(args):
-    """Refuse a missing ``--data``, an unusable ``--out`` folder or ``--save`` file; create ``--out``."""
+    """Refuse a missing ``--data`` or ``--resume``, an unusable ``--out`` folder or ``--save`` file;
+    create ``--out``."""
+    resume = getattr(args, "resume", None)
+    if resume is not None and not os.path.isfile(resume) and not os.path.isfile(npz_name(resume)):
+        raise ValueError(f"--resume {resume!r}: no such file")
     data = getattr(args, "data", None)
     if data is not None and not os.path.exists(data):
         raise ValueError(f"--data {data!r}: no such file or folder")
@@ -31,7 +33,11 @@ def check_paths(args):
             raise ValueError(f"--save {save!r}: no such folder {folder!r}")
         if os.path.isdir(save) or os.path.isdir(target):
             raise ValueError(f"--save {save!r}: is a folder; name the .npz file to write")
-        if os.path.exists(target) and not getattr(args, "force", False):
+        resume = getattr(args, "resume", None)
+        same = resume is not None and os.path.exists(target) and os.path.samefile(target, npz_name(resume)
+                                                                                   if not os.path.exists(resume)
+                                                                                   else resume)
+        if os.path.exists(target) and not getattr(args, "force", False) and not same:
             raise ValueError(f"--save {save!r}: {target!r} exists; pass --force to overwrite it")
         _probe(folder, "--save")
 
@@ -52,15 +58,16 @@ def _probe(folder, flag):
     os.unlink(probe)
 
 
-def save_npz(path, arrays):
-    """``np.savez(path, *arrays)`` (names arr_0, arr_1, ...) through a temporary file in the same folder
-    and ``os.replace``: the file at ``path`` is the old one or the whole new one, never half of one."""
+def atomic_write(path, write):
+    """Call ``write(f)`` on a temporary file in the folder of ``path`` (``.npz`` appended unless it
+    ends so), flush it to disk and rename it over the target: the file there is the old one or
+    the whole new one, never half of one.  Returns the target's path."""
     target = npz_name(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
                                suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, *arrays)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)

@@ -39,6 +39,9 @@ class NetworkWithCheckpointing(Network):
         strategy = parse_strategy(strategy)
         strategy.check(check_sizes(sizes))               # e.g. segments(k > L): refused before any draw
         super().__init__(sizes, dtype, **kwargs)
+        self._set_strategy(strategy)
+
+    def _set_strategy(self, strategy):
         self.strategy = strategy
         self.checkpoint_every_nth_layer = getattr(strategy, "n", None)
 

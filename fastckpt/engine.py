@@ -21,7 +21,7 @@ from fastckpt.kernels import sum_squares
 from fastckpt.kernels.dense import dense_forward_layer
 from fastckpt.kernels.runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, run_ops
 
-from ._checks import as_batch, check_eta, check_finite, check_l2
+from ._checks import as_batch, as_targets, check_eta, check_finite, check_l2, one_hot_into
 from .costs import layer_views, param_layout
 from .workspace import Workspace
 
@@ -121,12 +121,14 @@ class Engine:
         """:meth:`batch` but for finiteness, which the step's own kernel checks (one GIL release a step)."""
         x_name, y_name = names
         xb = as_batch(x, self.plan.sizes[0], x_name, "input")
-        yb = as_batch(y, self.plan.sizes[-1], y_name, "output")
+        yb = as_targets(y, self.plan.sizes[-1], y_name)
         if xb.shape[0] != yb.shape[0]:
             raise ValueError(f"{x_name} has {xb.shape[0]} samples but {y_name} has {yb.shape[0]}")
         if xb.shape[0] > self.plan.batch_size:
             raise ValueError(f"{x_name} has {xb.shape[0]} samples, more than the {self.plan.batch_size} "
                              "this engine's plan is for")
+        if yb.ndim == 1:                                 # integer labels: one-hot rows in a staging buffer
+            yb = one_hot_into(yb, self.workspace.stage(y_name, yb.shape[0], self.plan.sizes[-1]))
         out = []
         for arr, name in ((xb, x_name), (yb, y_name)):
             if arr.dtype != self.plan.dtype or not arr.flags.c_contiguous:

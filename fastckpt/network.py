@@ -73,8 +73,16 @@ class Network:
     """
 
     strategy = Plain()
+    training_state = None            # set by fastckpt.load when the file holds one
 
     def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+        weights, biases = self.params.layers()
+        for view in biases + weights:                                  # the lab's draw order
+            _draw_normal(view.reshape(-1))
+
+    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2):
+        """Everything but the parameters' values (zeros): shared by ``__init__`` and :func:`fastckpt.load`."""
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
         if loss not in ("quadratic", "cross_entropy"):
@@ -88,9 +96,6 @@ class Network:
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self.params = Parameters(sizes, dtype)
-        weights, biases = self.params.layers()
-        for view in biases + weights:                                  # the lab's draw order
-            _draw_normal(view.reshape(-1))
         self._engine = None
         self.last_loss = None
 
@@ -173,7 +178,7 @@ class Network:
         return output_activations - y
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True, progress=None):
+            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
@@ -182,7 +187,9 @@ class Network:
         a warning saying how many); ``drop_last=False`` trains on them too.
         The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
         is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
-        every update.
+        every update, and ``on_epoch(epoch, updates_done)`` after every epoch
+        (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
+        epochs from there, for a run that goes on from a saved one.
         """
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
@@ -191,7 +198,8 @@ class Network:
         def update(group):
             s = group[0]
             self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
-        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress)
+        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
+                          on_epoch=on_epoch, first_epoch=first_epoch)
 
     # -- inference --------------------------------------------------------------------------
     def _forward(self, a, start, end):
@@ -229,6 +237,18 @@ class Network:
         arr, layout = self._as_input(a, self.sizes[0], "a")
         return self._shape_like(self._forward(arr, 0, self.num_layers - 1)[-1], layout)
 
+    def predict(self, x):
+        """Class indices: the arg-max output of each sample of a batch, an int for one sample.
+
+        ``x`` is (batch, n_in), the lab's (batch, n_in, 1), one (n_in,) vector
+        or one (n_in, 1) column.
+        """
+        arr, layout = self._as_input(x, self.sizes[0], "x")
+        with self.params.lock:
+            labels = np.concatenate([self._forward(arr[i:i + _EVAL_CHUNK], 0, self.num_layers - 1)[-1].argmax(axis=1)
+                                     for i in range(0, arr.shape[0], _EVAL_CHUNK)])
+        return int(labels[0]) if layout in ("vector", "column") else labels
+
     def evaluate(self, x_test_data, y_test_data):
         """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
@@ -241,6 +261,19 @@ class Network:
                 out = self._forward(chunk, 0, self.num_layers - 1)[-1]
                 hits += int(np.count_nonzero(out.argmax(axis=1) == y[i:i + _EVAL_CHUNK]))
         return hits / x.shape[0]
+
+    # -- files ------------------------------------------------------------------------------
+    def save(self, path, *, training=None):
+        """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
+
+        The format (versioned, documented in :mod:`fastckpt.saving`) keeps the
+        sizes, dtype, loss, l2, strategy and optimizer mode with the
+        parameters bit for bit.  ``training``, a dict, is stored beside them
+        (``fastckpt train`` keeps its epoch, update count, accuracies and
+        ``numpy.random`` state there).  Returns the path written.
+        """
+        from .saving import save
+        return save(self, path, training=training)
 
 
 def _draw_normal(out):

@@ -123,13 +123,14 @@ class DataParallel:
             params.update(total, eta / len(xs))
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True):
+            verbose=True, on_epoch=None, first_epoch=0):
         """The lab's loop, ``parallel_batches`` minibatches per update; returns (memusage, updatetime).
 
         Minibatches are taken in order, as the lab does, and samples that do not
         fill the last minibatch are skipped (with a warning).  The last update of
         an epoch averages the minibatches left when fewer than ``parallel_batches``
-        remain.  ``parallel_batches`` defaults to ``threads``.
+        remain.  ``parallel_batches`` defaults to ``threads``.  ``on_epoch`` and
+        ``first_epoch`` are :meth:`Network.SGD <fastckpt.network.Network.SGD>`'s.
         """
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self.net, training_data, epochs, mini_batch_size, eta)
@@ -140,4 +141,5 @@ class DataParallel:
         def update(group):
             self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
                                      [y_train[s:s + mini_batch_size] for s in group], eta)
-        return run_epochs(self.net, epochs, groups, update, test_data, verbose)
+        return run_epochs(self.net, epochs, groups, update, test_data, verbose, on_epoch=on_epoch,
+                          first_epoch=first_epoch)

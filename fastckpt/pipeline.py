@@ -41,7 +41,17 @@ import numpy as np
 from fastckpt.kernels import all_finite
 from fastckpt.kernels.runs import BAD_LOSS
 
-from ._checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
+from ._checks import (
+    as_batch,
+    as_labels,
+    as_targets,
+    check_dtype,
+    check_eta,
+    check_l2,
+    check_positive_int,
+    check_sizes,
+    one_hot_into,
+)
 from .costs import blas_bytes, layer_costs, param_layout
 from .distributed import abort_job, check_same_minibatch, check_same_settings, lab_loop, mpi_world, share_cores
 from .engine import forward
@@ -278,7 +288,9 @@ class PipelineTrainer:
             check_same_minibatch(self.comm, x, y, eta)
             eta = check_eta(eta)
             xb = as_batch(x, self.sizes[0], names[0], "input")
-            yb = as_batch(y, self.sizes[-1], names[1], "output")
+            yb = as_targets(y, self.sizes[-1], names[1])
+            if yb.ndim == 1:                                 # integer labels: their one-hot rows
+                yb = one_hot_into(yb, np.empty((yb.shape[0], self.sizes[-1]), dtype=self.dtype))
             batch = xb.shape[0]
             if yb.shape[0] != batch:
                 raise ValueError(f"x has {batch} samples but y has {yb.shape[0]}")

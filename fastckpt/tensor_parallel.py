@@ -53,12 +53,14 @@ from fastckpt.kernels.elementwise import cross_entropy_delta, quadratic_delta, s
 from ._checks import (
     as_batch,
     as_labels,
+    as_targets,
     check_dtype,
     check_eta,
     check_finite,
     check_l2,
     check_positive_int,
     check_sizes,
+    one_hot_into,
 )
 from .distributed import abort_job, check_same_minibatch, check_same_settings, lab_loop, mpi_world, share_cores
 
@@ -223,7 +225,9 @@ class TensorParallelTrainer:
     def _batch(self, x, y):
         """x and y checked, C-contiguous in the trainer's dtype (staged in buffers of ours if not)."""
         xb = as_batch(x, self.sizes[0], "x", "input")
-        yb = as_batch(y, self.sizes[-1], "y", "output")
+        yb = as_targets(y, self.sizes[-1], "y")
+        if yb.ndim == 1:                                      # integer labels: their one-hot rows
+            yb = one_hot_into(yb, np.empty((yb.shape[0], self.sizes[-1]), dtype=self.dtype))
         if xb.shape[0] != yb.shape[0]:
             raise ValueError(f"x has {xb.shape[0]} samples but y has {yb.shape[0]}")
         self._buffers(xb.shape[0])

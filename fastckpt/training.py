@@ -8,7 +8,7 @@ import warnings
 
 import psutil
 
-from ._checks import as_batch, check_eta, check_finite_rows, check_positive_int
+from ._checks import as_batch, as_targets, check_eta, check_finite_rows, check_positive_int
 
 
 def check_training(net, training_data, epochs, mini_batch_size, eta):
@@ -18,7 +18,9 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
     eta = check_eta(eta)
     check_finite_rows(as_batch(x_train, net.sizes[0], "training_data[0]", "input"), "training_data[0]")
-    check_finite_rows(as_batch(y_train, net.sizes[-1], "training_data[1]", "output"), "training_data[1]")
+    y_rows = as_targets(y_train, net.sizes[-1], "training_data[1]")     # one-hot rows or integer labels
+    if y_rows.ndim == 2:
+        check_finite_rows(y_rows, "training_data[1]")
     n = len(x_train)
     if len(y_train) != n:
         raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
@@ -40,12 +42,15 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     return starts
 
 
-def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None):
+def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
+               first_epoch=0):
     """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
 
     Records the process RSS before each update and its duration, evaluates and
-    prints per epoch as the lab does; returns (memusage, updatetime).  The whole
-    run holds the net's lock (or ``lock``): it is one call, and other threads' calls wait for it.
+    prints per epoch as the lab does; returns (memusage, updatetime).  Epochs
+    are numbered from ``first_epoch``; ``on_epoch(epoch, updates_done)`` is
+    called after each.  The whole run holds the net's lock (or ``lock``): it is
+    one call, and other threads' calls wait for it.
     """
     if test_data is not None:
         x_test, y_test = pair(test_data, "test_data")
@@ -60,7 +65,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
                 try:
                     update(group)
                 except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {j}, update {i}: {exc}") from exc
+                    raise FloatingPointError(f"training stopped at epoch {first_epoch + j}, update {i}: {exc}") \
+                        from exc
                 updatetime.append(time.perf_counter() - t0)
                 if progress is not None:
                     progress(j, i + 1, len(groups))
@@ -68,9 +74,11 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
                 acc = net.evaluate(x_test, y_test)
                 net.accuracies.append(acc)
                 if verbose:
-                    print("Epoch: {0}, Accuracy: {1}".format(j, acc), flush=True)
+                    print("Epoch: {0}, Accuracy: {1}".format(first_epoch + j, acc), flush=True)
             elif verbose:
-                print("Epoch: {0}".format(j), flush=True)
+                print("Epoch: {0}".format(first_epoch + j), flush=True)
+            if on_epoch is not None:
+                on_epoch(first_epoch + j, len(updatetime))
     return memusage, updatetime
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import fastckpt
-from fastckpt import _files, cli, commands
+from fastckpt import cli, commands
 from fastckpt.report import RunFailed, child_main
 
 FASTCKPT = [sys.executable, "-m", "fastckpt"]
@@ -115,19 +115,19 @@ def test_save_is_checked_before_training(tmp_path):
     assert existing.read_bytes() == b"mine"
 
 
-def test_save_with_force_replaces_the_file_with_the_trained_arrays(tmp_path):
+def test_save_with_force_replaces_the_file_with_the_trained_net(tmp_path):
     target = tmp_path / "w.npz"
     target.write_bytes(b"old")
     proc = _run("train", "--sizes", "784,12,10", "--epochs", "1", "--save", str(target), "--force", "--json")
     assert proc.returncode == 0, proc.stderr
     (x, y), _ = fastckpt.load_mnist()
     np.random.seed(0)
-    net = fastckpt.NetworkWithCheckpointing([784, 12, 10])
+    net = fastckpt.Network([784, 12, 10])
     net.SGD((x, y), 1, 10, 3.0, verbose=False)
-    saved = np.load(target)
-    assert saved.files == [f"arr_{k}" for k in range(4)]
-    for k, ref in enumerate(net.weights + net.biases):
-        np.testing.assert_array_equal(saved[f"arr_{k}"], ref)
+    saved = fastckpt.load(target)
+    assert saved.sizes == [784, 12, 10] and saved.training_state["epochs_done"] == 1
+    for got, ref in zip(saved.weights + saved.biases, net.weights + net.biases):
+        np.testing.assert_array_equal(got, ref)
     assert sorted(os.listdir(tmp_path)) == ["w.npz"]                  # no temporary file left
 
 
@@ -135,12 +135,12 @@ def test_save_is_all_or_nothing(tmp_path, monkeypatch):
     target = tmp_path / "w.npz"
     target.write_bytes(b"old")
 
-    def dies_half_way(f, *arrays):
+    def dies_half_way(f, *arrays, **named):
         f.write(b"PK half a zip")
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(_files.np, "savez", dies_half_way)
+    monkeypatch.setattr(np, "savez", dies_half_way)
     with pytest.raises(OSError, match="No space left"):
-        _files.save_npz(target, [np.zeros(3)])
+        fastckpt.Network([3, 2]).save(target)
     assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["w.npz"]
 
 

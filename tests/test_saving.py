@@ -1,0 +1,261 @@
+"""Saving, loading and resuming: bit for bit, versioned, atomic, and loud about bad files; labels and predict."""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastckpt
+from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt.saving import FORMAT_VERSION
+
+TRAIN = [sys.executable, "-m", "fastckpt", "train"]
+
+
+def _data(rng, n=120, n_in=12, n_out=4):
+    x = rng.random((n, n_in))
+    y = np.eye(n_out)[rng.integers(0, n_out, n)]
+    return x, y
+
+
+def _same(a, b):
+    for p, q in zip(a.weights + a.biases, b.weights + b.biases):
+        assert p.dtype == q.dtype
+        np.testing.assert_array_equal(p, q)
+
+
+def _rng_equal(a, b):
+    return all(np.array_equal(p, q) if isinstance(p, np.ndarray) else p == q for p, q in zip(a, b))
+
+
+# -- save -> load -> go on ----------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["plain", "revolve(1)", "every_nth(2)-in-backward"])
+def test_save_load_and_go_on_equals_the_uninterrupted_run(tmp_path, rng, dtype, kind):
+    x, y = _data(rng)
+    strategy = kind.split("-")[0]
+    kwargs = dict(dtype=dtype, loss="cross_entropy", l2=(1e-3, 0.0, 2e-3), optimizer_in_backward="in" in kind)
+    np.random.seed(3)
+    whole = (Network([12, 9, 7, 4], **kwargs) if strategy == "plain"
+             else NetworkWithCheckpointing([12, 9, 7, 4], strategy=strategy, **kwargs))
+    part = copy.deepcopy(whole)
+    whole.SGD((x, y), 5, 10, 0.7, verbose=False)
+    part.SGD((x, y), 2, 10, 0.7, verbose=False)
+    before = np.random.get_state()
+    path = part.save(tmp_path / "net")
+    assert path == str(tmp_path / "net.npz") and os.listdir(tmp_path) == ["net.npz"]
+    loaded = fastckpt.load(path)
+    assert _rng_equal(np.random.get_state(), before)               # loading draws nothing
+    assert type(loaded) is type(whole) and str(loaded.strategy) == strategy
+    assert (loaded.sizes, loaded.dtype, loaded.loss, loaded.l2, loaded.optimizer_in_backward) == \
+        (part.sizes, part.dtype, part.loss, part.l2, part.optimizer_in_backward)
+    _same(loaded, part)
+    loaded.SGD((x, y), 3, 10, 0.7, verbose=False)
+    _same(loaded, whole)
+
+
+def test_the_file_is_documented_npz_with_its_metadata(tmp_path):
+    np.random.seed(0)
+    net = NetworkWithCheckpointing([5, 4, 3], strategy="budget(3KiB, once)", dtype=np.float32, l2=0.5)
+    state = {"epochs_done": 2, "rng": np.random.get_state(), "note": "mine"}
+    path = net.save(tmp_path / "n.npz", training=state)
+    with np.load(path, allow_pickle=False) as f:                   # no pickle needed to read it
+        assert sorted(f.files) == ["biases_0", "biases_1", "meta", "rng_keys", "weights_0", "weights_1"]
+        meta = json.loads(str(f["meta"]))
+        assert f["weights_1"].shape == (3, 4) and f["biases_1"].shape == (3, 1) and f["weights_1"].dtype == np.float32
+    assert meta == {"format": "fastckpt-network", "version": FORMAT_VERSION, "fastckpt_version": fastckpt.__version__,
+                    "sizes": [5, 4, 3], "dtype": "float32", "loss": "quadratic", "l2": [0.5, 0.5],
+                    "strategy": "budget(3KiB, once)", "optimizer_in_backward": False,
+                    "training": {"epochs_done": 2, "note": "mine",
+                                 "rng": {"pos": state["rng"][2], "has_gauss": state["rng"][3],
+                                         "cached_gaussian": state["rng"][4]}}}
+    loaded = fastckpt.load(path)
+    assert loaded.training_state["epochs_done"] == 2 and _rng_equal(loaded.training_state["rng"], state["rng"])
+
+
+def test_a_version_0_file_from_the_old_train_save_loads(tmp_path):
+    np.random.seed(1)
+    net = Network([6, 5, 2], dtype=np.float32)
+    np.savez(tmp_path / "old.npz", *net.weights, *net.biases)       # what train --save wrote before
+    loaded = fastckpt.load(tmp_path / "old.npz")
+    assert loaded.sizes == [6, 5, 2] and loaded.dtype == np.float32 and loaded.training_state is None
+    _same(loaded, net)
+
+
+def test_the_write_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "w.npz"
+    Network([3, 2]).save(target)
+    old = target.read_bytes()
+
+    def dies_half_way(f, **arrays):
+        f.write(b"PK half a zip")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(np, "savez", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        Network([3, 2]).save(target)
+    assert target.read_bytes() == old and os.listdir(tmp_path) == ["w.npz"]
+
+
+# -- bad files: a clear error, never a wrong net ----------------------------------------------------
+def _rewrite(path, **changes):
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays["meta"]))
+    for key, value in changes.items():
+        if key == "meta":
+            meta.update(value)
+        elif value is None:
+            del arrays[key]
+        else:
+            arrays[key] = value
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0 and 1"),
+    ({"meta": {"format": "something-else"}}, "not a fastckpt net"),
+    ({"weights_1": np.zeros((3, 5))}, "weights_1 has shape (3, 5), but sizes [5, 4, 3] need (3, 4)"),
+    ({"biases_0": np.zeros((4, 1), np.float32)}, "biases_0 is float32, but the file says float64"),
+    ({"weights_0": None}, "the array 'weights_0' is missing"),
+    ({"meta": {"sizes": [5, 0, 3]}}, "sizes must be a list of at least two integers >= 1"),
+    ({"meta": {"dtype": "int8"}}, "dtype must be float32 or float64"),
+    ({"meta": {"strategy": "fastest"}}, "unknown strategy 'fastest'"),
+    ({"meta": {"loss": "hinge"}}, "loss must be 'quadratic'"),
+    ({"weights_0": np.full((4, 5), np.nan)}, "weights[0] (as float64) contains NaN or inf"),
+])
+def test_a_bad_file_is_refused_with_its_reason(tmp_path, change, message):
+    path = Network([5, 4, 3]).save(tmp_path / "n.npz")
+    _rewrite(path, **change)
+    with pytest.raises(ValueError) as info:
+        fastckpt.load(path)
+    assert message in str(info.value) and repr(str(path)) in str(info.value)
+
+
+def test_damaged_and_foreign_files_are_refused(tmp_path):
+    path = Network([5, 4, 3]).save(tmp_path / "n.npz")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])                    # cut short
+    with pytest.raises(ValueError, match="n.npz"):
+        fastckpt.load(path)
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(ValueError, match="holds one array, not a saved net"):
+        fastckpt.load(tmp_path / "one.npy")
+    np.savez(tmp_path / "other.npz", x_train=np.zeros(3))
+    with pytest.raises(ValueError, match="not a fastckpt net"):
+        fastckpt.load(tmp_path / "other.npz")
+    with pytest.raises(ValueError, match="not a readable .npz file"):
+        fastckpt.load(tmp_path / "missing.npz")
+
+
+# -- the command: --save every epoch, --resume bit for bit ------------------------------------------
+def _train(*args, cwd):
+    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--json", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+    return proc
+
+
+@pytest.mark.parametrize("dtype,extra", [("float64", ["--strategy", "sqrt"]),
+                                         ("float32", ["--strategy", "revolve(1)", "--loss", "cross_entropy"]),
+                                         ("float64", ["--strategy", "sqrt", "--threads", "2"])],
+                         ids=["f64-sqrt", "f32-revolve", "f64-threads"])
+def test_train_resume_goes_on_bit_for_bit(tmp_path, dtype, extra):
+    common = ["--dtype", dtype, "--eta", "0.5", *extra]
+    whole = _train("--epochs", "3", "--save", "whole.npz", *common, cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    first = _train("--epochs", "1", "--save", "part.npz", *common, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    rest = _train("--resume", "part.npz", "--epochs", "3", "--save", "part.npz",
+                  *(["--threads", "2"] if "--threads" in extra else []), cwd=tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    a, b = fastckpt.load(tmp_path / "whole.npz"), fastckpt.load(tmp_path / "part.npz")
+    _same(a, b)
+    assert a.dtype == np.dtype(dtype) and str(b.strategy) == extra[1]
+    assert json.loads(rest.stdout)["accuracies"] == json.loads(whole.stdout)["accuracies"]
+    assert json.loads(rest.stdout)["resumed_after_epoch"] == 1
+    per_update = 2 if "--threads" in extra else 1
+    assert b.training_state["epochs_done"] == 3 and b.training_state["updates_done"] == 1200 // per_update
+
+
+def test_resume_refuses_what_would_change_the_run(tmp_path):
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    for args, message in [(["--sizes", "784,8,10"], "--sizes [784, 8, 10] differs from the --resume file's"),
+                          (["--eta", "1.0"], "--eta 1.0 differs from the --resume file's 3.0"),
+                          (["--max-memory", "64MiB"], "--strategy fit(64MiB) differs"),
+                          (["--epochs", "1"], "has already trained 1 epochs"),
+                          (["--mpi"], "does not combine with --mpi"),
+                          (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
+                                               "averaged 1")]:
+        proc = subprocess.run([*TRAIN, "--resume", "p.npz", *args], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    Network([784, 16, 10]).save(tmp_path / "bare.npz")
+    proc = subprocess.run([*TRAIN, "--resume", "bare.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "holds a net but no training state" in proc.stderr
+    proc = subprocess.run([*TRAIN, "--resume", "nope.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "--resume 'nope.npz': no such file" in proc.stderr
+
+
+# -- labels and predict -------------------------------------------------------------------------
+def test_integer_labels_train_exactly_like_one_hot(rng):
+    x, y = _data(rng)
+    labels = y.argmax(axis=1)
+    np.random.seed(0)
+    a = NetworkWithCheckpointing([12, 8, 4], strategy="sqrt", dtype=np.float32)
+    b, c, d = copy.deepcopy(a), copy.deepcopy(a), copy.deepcopy(a)
+    a.SGD((x, y), 2, 10, 1.0, verbose=False)
+    b.SGD((x, labels.astype(np.uint8)), 2, 10, 1.0, verbose=False)
+    _same(a, b)
+    c.update_mini_batch(x[:10], y[:10], 1.0)
+    d.update_mini_batch(x[:10], labels[:10], 1.0)
+    _same(c, d)
+    np.testing.assert_array_equal(c.backprop(x[:7], y[:7])[1][0], d.backprop(x[:7], labels[:7])[1][0])
+    assert a.evaluate(x, y) == a.evaluate(x, labels)
+
+
+def test_bad_labels_are_refused(rng):
+    x, y = _data(rng, n=20)
+    net = Network([12, 5, 4])
+    with pytest.raises(ValueError, match=r"y_mini_batch holds labels from 0 to 4, but the net has 4 outputs"):
+        net.update_mini_batch(x[:3], np.array([0, 4, 1]), 1.0)
+    with pytest.raises(TypeError, match="integer labels"):
+        net.update_mini_batch(x[:3], np.array([0.0, 1.0, 2.0]), 1.0)
+    with pytest.raises(ValueError, match="training_data\\[1\\] holds labels from -1"):
+        net.SGD((x, np.full(20, -1)), 1, 10, 1.0, verbose=False)
+    with pytest.raises(ValueError, match="x_mini_batch has 3 samples but y_mini_batch has 2"):
+        net.update_mini_batch(x[:3], np.array([0, 1]), 1.0)
+
+
+def test_predict_is_the_arg_max_of_the_output(rng):
+    x, _ = _data(rng, n=9000)                                        # more than one evaluation chunk
+    np.random.seed(2)
+    net = Network([12, 7, 4], loss="cross_entropy")
+    out = net.feedforward(x)
+    got = net.predict(x)
+    assert got.shape == (9000,) and got.dtype.kind == "i"
+    np.testing.assert_array_equal(got, out.argmax(axis=1))
+    assert net.predict(x[5]) == out[5].argmax() and isinstance(net.predict(x[5]), int)
+    assert net.predict(x[5].reshape(-1, 1)) == out[5].argmax()
+    np.testing.assert_array_equal(net.predict(x[:3, :, None]), out[:3].argmax(axis=1))
+    with pytest.raises(ValueError, match="x has shape"):
+        net.predict(np.zeros((2, 5)))
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "tensor"])
+def test_model_parallel_trainers_take_integer_labels_too(rng, kind):
+    """On one rank (no mpiexec): the same update from one-hot rows and from integer labels."""
+    pytest.importorskip("mpi4py")
+    from fastckpt.pipeline import PipelineTrainer
+    from fastckpt.tensor_parallel import TensorParallelTrainer
+    x, y = _data(rng, n=40)
+    trained = []
+    for targets in (y, y.argmax(axis=1)):
+        np.random.seed(0)
+        trainer = PipelineTrainer([12, 8, 4], 2) if kind == "pipeline" else TensorParallelTrainer([12, 8, 4])
+        trainer.update_mini_batch(x, targets, 1.0)
+        trained.append(trainer.gather())
+    for a, b in zip(trained[0][0] + trained[0][1], trained[1][0] + trained[1][1]):
+        np.testing.assert_array_equal(a, b)
