@@ -11,7 +11,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def pytest_addoption(parser):
     parser.addoption("--flamegraphs", default=None, metavar="DIR",
-                     help="write a memray flamegraph (HTML) of each case's build-and-train into DIR")
+                     help="write a memray flamegraph (HTML, and PNG and SVG that open offline) of each case's "
+                          "build-and-train into DIR")
 
 
 @pytest.fixture
@@ -20,6 +21,8 @@ def memray_case(request):
     import subprocess
 
     import memray
+
+    from fastckpt.flame import write_peak_picture
     out = request.config.getoption("--flamegraphs")
 
     def measure(benchmark, name, build, x, y, eta):
@@ -36,5 +39,6 @@ def memray_case(request):
             os.makedirs(out, exist_ok=True)
             subprocess.run([sys.executable, "-m", "memray", "flamegraph", "-f", "-o",
                             os.path.join(out, f"{name}.html"), str(capture)], check=True, capture_output=True)
+            write_peak_picture(capture, os.path.join(out, name), title=name)     # the same, offline: PNG, SVG
         capture.unlink()
     return measure

@@ -153,6 +153,10 @@ def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     html = tmp_path / "memray-flamegraph.html"
     assert str(html) in proc.stdout and html.stat().st_size > 10_000
     assert "<html" in html.read_text()[:2000].lower()
+    png, svg = tmp_path / "memory-peak.png", tmp_path / "memory-peak.svg"
+    assert str(png) in proc.stdout and str(svg) in proc.stdout
+    assert _is_png(png) and "<svg" in svg.read_text()[:2000] and "<script" not in svg.read_text()
+    assert "internet" in proc.stdout and "offline" in proc.stdout
 
 
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):
