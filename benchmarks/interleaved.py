@@ -14,6 +14,7 @@ import numpy as np
 
 from fastckpt import NetworkWithCheckpointing
 from fastckpt.costs import describe_sizes
+from fastckpt.strategies import parse_strategies
 
 SIZES = [784] + [256] * 64 + [10]
 BATCH = 2048
@@ -26,8 +27,9 @@ def main(argv=None):
     parser.add_argument("--sgd-in-backward", action="store_true")
     parser.add_argument("--sizes", type=lambda t: [int(v) for v in t.split(",")], default=SIZES)
     parser.add_argument("--batch-size", type=int, default=BATCH)
-    parser.add_argument("--strategies", type=lambda t: t.split(";"), default=STRATEGIES[1:],
-                        help="strategies besides plain, separated by ';'")
+    parser.add_argument("--strategies", type=lambda t: [str(s) for s in parse_strategies(t)],
+                        default=STRATEGIES[1:], help="strategies besides plain, comma-separated as in "
+                                                     "fastckpt compare (default: %(default)s)")
     args = parser.parse_args(argv)
     sizes, batch, strategies = args.sizes, args.batch_size, ["plain", *args.strategies]
     rng = np.random.default_rng(0)

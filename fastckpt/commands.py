@@ -5,15 +5,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 from . import memory, report
-from ._files import save_npz
 from ._signals import Stopped, Stopper
 from .data import load_mnist
-from .distributed import launched_ranks
 from .planning import plan as make_plan
 from .plots import plot_depth, plot_tradeoff
 from .strategies import parse_strategy
@@ -164,6 +161,7 @@ def profile(args):
     import memray
 
     from .checkpointing import NetworkWithCheckpointing
+    from .flame import write_peak_picture
     (x_train, y_train), _ = load_mnist(args.data)
     if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
         raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
@@ -184,103 +182,13 @@ def profile(args):
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"memray flamegraph failed: {proc.stderr.strip().splitlines()[-1]}")
+        pictures = write_peak_picture(capture, os.path.join(args.out, "memory-peak"),
+                                      title=f"{args.sizes}, {args.strategy}, batch {args.batch_size}, "
+                                            f"{args.steps} steps")
     predicted = net.plan(args.batch_size).bytes()["total"]
     print(f"memray flamegraph of building {args.sizes} with {args.strategy} and {args.steps} training steps: {html}")
+    print(f"where the peak goes, as pictures: {pictures[0]} and {pictures[1]}")
+    print("the HTML needs a browser with internet access (it loads its scripts from a CDN); "
+          "the PNG and SVG open offline")
     print(f"peak {peak / 2**20:.3f} MiB measured, {predicted / 2**20:.3f} MiB planned")
-    return 0
-
-
-# -- train ------------------------------------------------------------------------------------
-def _model_parallel(args):
-    """The pipeline or tensor-parallel trainer of ``args`` (a collective: every rank makes it)."""
-    if args.pipeline:
-        from .pipeline import PipelineTrainer
-        return PipelineTrainer(args.sizes, args.micro_batches, schedule=args.schedule, strategy=args.strategy,
-                               dtype=args.dtype, loss=args.loss, l2=args.l2, partition=args.partition,
-                               transport=args.transport, batch_size=args.batch_size)
-    from .tensor_parallel import TensorParallelTrainer
-    return TensorParallelTrainer(args.sizes, dtype=args.dtype, loss=args.loss, l2=args.l2)
-
-
-def train(args):
-    """Train one net (plainly or with a strategy) on one process, on threads, or on MPI ranks."""
-    from .checkpointing import NetworkWithCheckpointing
-    trainer = rank = None
-    modes = [flag for flag, on in (("--mpi", args.mpi), ("--pipeline", args.pipeline),
-                                   ("--tensor-parallel", args.tensor_parallel)) if on]
-    if len(modes) > 1:
-        raise ValueError(f"train takes one of --mpi, --pipeline and --tensor-parallel, got {' and '.join(modes)}")
-    if modes and args.threads > 1:
-        raise ValueError(f"--threads {args.threads} trains on threads of one process; it does not combine "
-                         f"with {modes[0]}")
-    if not modes and launched_ranks() > 1:
-        raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
-                         "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
-                         "without mpiexec")
-    if modes:
-        from .distributed import RankGuard
-        guard = RankGuard()                        # this rank leaving before training ends ends the job
-        rank = guard.rank
-        if args.pipeline and args.pipeline != guard.ranks:
-            raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n "
-                             f"{args.pipeline}), got {guard.ranks}")
-    (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
-    if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
-        raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
-                         f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
-    np.random.seed(args.seed)
-    lead = rank in (None, 0)
-    t0 = time.perf_counter()
-    if args.pipeline or args.tensor_parallel:
-        net = trainer = guard.run(_model_parallel, args)
-        _, times = guard.run(trainer.SGD, (x_train, y_train), args.epochs, args.batch_size, args.eta,
-                             test_data=(x_test, y_test), verbose=lead and not args.json)
-        workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
-        if args.pipeline:
-            workers.update(pipeline=args.pipeline, micro_batches=args.micro_batches, schedule=args.schedule,
-                           partition=trainer.partition, transport=args.transport,
-                           bubble_fraction=trainer.bubble_fraction())
-        weights, biases = trainer.gather()
-    else:
-        make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
-        net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype, loss=args.loss,
-                                       l2=args.l2)
-        weights, biases = net.weights, net.biases
-    if args.pipeline or args.tensor_parallel:
-        pass
-    elif args.mpi:
-        from .distributed import MPITrainer
-        trainer = MPITrainer(net)
-        _, times = guard.run(trainer.SGD, (x_train, y_train), args.epochs, args.batch_size, args.eta,
-                             test_data=(x_test, y_test), parallel_batches=args.parallel_batches,
-                             verbose=lead and not args.json)
-        workers = {"ranks": trainer.ranks, "parallel_batches": args.parallel_batches or trainer.ranks,
-                   "bytes_sent_and_received_per_update": trainer.bytes_per_update}
-    elif args.threads > 1 or args.parallel_batches:
-        from .parallel import DataParallel
-        with DataParallel(net, threads=args.threads) as dp:
-            _, times = dp.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta, test_data=(x_test, y_test),
-                              parallel_batches=args.parallel_batches, verbose=not args.json)
-        workers = {"threads": args.threads, "parallel_batches": args.parallel_batches or args.threads}
-    else:
-        _, times = net.SGD((x_train, y_train), args.epochs, args.batch_size, args.eta, test_data=(x_test, y_test),
-                           verbose=not args.json)
-        workers = {}
-    seconds = time.perf_counter() - t0
-    if not lead:
-        return 0
-    result = {"sizes": args.sizes, "strategy": str(args.strategy), "loss": args.loss, "l2": args.l2,
-              "batch_size": args.batch_size, "eta": args.eta,
-              "epochs": args.epochs, "accuracies": net.accuracies, "updates": len(times),
-              "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
-              "seconds": seconds, **workers}
-    if args.save:
-        save_npz(args.save, [*weights, *biases])                  # checked before training (_files)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"trained {args.sizes} ({result['strategy']}) for {args.epochs} epochs: accuracy "
-              f"{net.accuracies[-1] if net.accuracies else float('nan'):.4f}, {len(times)} updates, "
-              f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
-              + (f", {workers}" if workers else ""))
     return 0
