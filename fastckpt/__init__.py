@@ -12,6 +12,6 @@ from .planning import Plan, plan
 from .saving import load
 from .strategies import InfeasiblePlan
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "load",
            "load_mnist", "memory", "plan", "strategies"]

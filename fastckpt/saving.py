@@ -21,7 +21,7 @@ The training state says where a run stopped, so that it can go on exactly:
 that must not change (``batch_size``, ``eta``, ``drop_last``, ``seed``,
 ``data``, ``n_train``).  ``fastckpt train --resume`` reads it.
 
-Version 0 is what ``fastckpt train --save`` wrote before this format: the
+Version 0 is what ``fastckpt train --save`` wrote in fastckpt 0.1.0: the
 weights then the biases as ``arr_0, arr_1, ...``, with no metadata.  It
 loads with the sizes and dtype read from the arrays, the quadratic loss, no
 L2 and plain backprop.
