@@ -41,6 +41,15 @@ class NetworkWithCheckpointing(Network):
         super().__init__(sizes, dtype, **kwargs)
         self._set_strategy(strategy)
 
+    @classmethod
+    def blank(cls, sizes, dtype=np.float64, *, strategy="every_nth(2)", **kwargs):
+        """A net with zero parameters and ``strategy``, made without drawing from ``numpy.random``."""
+        strategy = parse_strategy(strategy)
+        strategy.check(check_sizes(sizes))
+        self = super().blank(sizes, dtype, **kwargs)
+        self._set_strategy(strategy)
+        return self
+
     def _set_strategy(self, strategy):
         self.strategy = strategy
         self.checkpoint_every_nth_layer = getattr(strategy, "n", None)

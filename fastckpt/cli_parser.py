@@ -96,7 +96,10 @@ def parser():
     parser.add_argument("--version", action="version", version=f"fastckpt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    parser.commands = []                                        # (name, one line), for a bare ``fastckpt``
+
     def command(name, summary, description=None):
+        parser.commands.append((name, summary))
         return sub.add_parser(name, help=summary, description=description or summary, formatter_class=Help)
 
     def common(p, sizes=True, unset=False):
@@ -239,8 +242,7 @@ def settle_strategy(args):
 
 def commands_list(parser):
     """The subcommands with their one-line help, for a bare ``fastckpt``."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     lines = ["usage: fastckpt COMMAND [options]   (fastckpt COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {c.dest:<9} {c.help}" for c in sub._choices_actions]
+    lines += [f"  {name:<9} {summary}" for name, summary in parser.commands]
     lines += ["", "fastckpt --version prints the version."]
     return "\n".join(lines)

@@ -81,8 +81,16 @@ class Network:
         for view in biases + weights:                                  # the lab's draw order
             _draw_normal(view.reshape(-1))
 
+    @classmethod
+    def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+        """A net with zero parameters, made without drawing from ``numpy.random``: for filling in
+        known values (:func:`fastckpt.load` does)."""
+        self = cls.__new__(cls)
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+        return self
+
     def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2):
-        """Everything but the parameters' values (zeros): shared by ``__init__`` and :func:`fastckpt.load`."""
+        """Everything but the parameters' values (zeros): shared by ``__init__`` and :meth:`blank`."""
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
         if loss not in ("quadratic", "cross_entropy"):

@@ -140,12 +140,10 @@ def _empty(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward):
     from .network import Network
     from .strategies import Plain, parse_strategy
     strategy = parse_strategy(strategy)
-    net = (Network if isinstance(strategy, Plain) else NetworkWithCheckpointing).__new__(
-        Network if isinstance(strategy, Plain) else NetworkWithCheckpointing)
-    net._configure(sizes, dtype, optimizer_in_backward, loss, l2)
-    if not isinstance(strategy, Plain):
-        net._set_strategy(strategy)
-    return net
+    kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2}
+    if isinstance(strategy, Plain):
+        return Network.blank(sizes, dtype, **kwargs)
+    return NetworkWithCheckpointing.blank(sizes, dtype, strategy=strategy, **kwargs)
 
 
 def _meta(members, path):
