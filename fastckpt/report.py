@@ -20,7 +20,7 @@ import psutil
 from . import memory
 from .checkpointing import NetworkWithCheckpointing
 from .network import Network
-from .plots import figure, plot_depth, save
+from .plots import draw, figure, plot_depth, save
 
 MiB = 2**20
 MEMRAY_STEPS = 5  # training steps in the memray-measured build-and-train
@@ -262,26 +262,26 @@ def write_report(out, results, setup):
     title = f"{setup['sizes']}, batch {setup['batch_size']}, {setup['dtype']}"
     paths = {}
     fig, ax = figure()
-    for r in results:
-        rss = np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]
-        ax.plot(rss / MiB, lw=1, label=f"{r['name']} (a step's own peak: {r['memray_peak_bytes'] / MiB:.3f} MiB, "
-                                       "memray)")
+    draw(ax, [(r["name"], np.arange(len(r["rss_bytes"])),
+               (np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]) / MiB,
+               f"{r['name']}: a step's own peak {r['memray_peak_bytes'] / MiB:.3f} MiB (memray)") for r in results],
+         near=0.03, gap_text=lambda mib: f"{mib * 1024:.0f} KiB")
     paths["memory"] = save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
-                                  "process RSS before the update,\nabove its value before the net was built (MiB)",
-                                  f"Memory usage per weight update\n{title}")
+                           "process RSS before the update,\nabove its value before the net was built (MiB)",
+                           f"Memory usage per weight update\n{title}", legend={"fontsize": "small"})
     fig, ax = figure()
-    for r in results:
-        ax.plot(np.cumsum(r["update_seconds"]), label=f"{r['name']} ({r['ms_per_update']:.3f} ms/update)")
+    draw(ax, [(r["name"], np.arange(len(r["update_seconds"])), np.cumsum(r["update_seconds"]),
+               f"{r['name']} ({r['ms_per_update']:.3f} ms/update)") for r in results])
     paths["time"] = save(fig, ax, os.path.join(out, "cumulative_update_time.png"), "weight update",
-                                "cumulative update time (s)", f"Cumulative update time\n{title}")
+                         "cumulative update time (s)", f"Cumulative update time\n{title}")
     sizes = setup["sizes"]
     width = max(sizes[1:-1]) if len(sizes) > 2 else sizes[0]
     rows = memory.depth_table([1, 2, 4, 8, 16, 32], width=width, n_in=sizes[0], n_out=sizes[-1],
                               batch_size=setup["batch_size"], dtype=setup["dtype"],
                               strategies=["plain"] + [r["strategy"] for r in results[1:]])
     paths["depth"] = plot_depth(rows, os.path.join(out, "memory_vs_depth.png"),
-                                       title=f"[{sizes[0]}] + [{width}]*H + [{sizes[-1]}], batch "
-                                             f"{setup['batch_size']}, {setup['dtype']} (planner)")
+                                title=f"[{sizes[0]}] + [{width}]*H + [{sizes[-1]}], batch "
+                                      f"{setup['batch_size']}, {setup['dtype']} (planner)")
     paths["summary"] = os.path.join(out, "summary.md")
     with open(paths["summary"], "w") as f:
         f.write("# fastckpt compare\n\n```\n" + table(results, setup) + "\n```\n\n")
