@@ -117,15 +117,18 @@ def as_labels(y, n_out, n, names):
     x_name, name = names
     refuse_masked(y, name)
     y = np.asarray(y)
+    shape = y.shape
     if y.ndim == 3 and y.shape[2] == 1:
         y = y[:, :, 0]
     if y.ndim == 2:
         y = as_batch(y, n_out, name, "output")
         check_finite_rows(y, name)
         y = y.argmax(axis=1)
-    elif y.ndim != 1 or y.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be one-hot (n, {n_out}) or integer labels (n,), "
-                         f"got shape {y.shape} and dtype {y.dtype}")
+    elif y.ndim != 1:
+        raise ValueError(f"{name} must be one-hot (n, {n_out}) or integer labels (n,), got shape {shape}")
+    elif y.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be target rows (n, {n_out}) or integer labels (n,), got a 1-D array of "
+                        f"dtype {y.dtype}")
     if y.shape[0] != n:
         raise ValueError(f"{x_name} has {n} samples but {name} has {y.shape[0]}")
     if y.size and (y.min() < 0 or y.max() >= n_out):

@@ -26,6 +26,8 @@ def check_paths(args):
             raise ValueError(f"--out {out!r}: cannot create the folder: {exc.strerror}") from None
         _probe(out, "--out")
     save = getattr(args, "save", None)
+    if save is not None and not save.strip():
+        raise ValueError(f"--save {save!r}: name the .npz file to write")
     if save is not None:
         target = npz_name(save)
         folder = os.path.dirname(target) or "."
@@ -61,8 +63,10 @@ def _probe(folder, flag):
 def atomic_write(path, write):
     """Call ``write(f)`` on a temporary file in the folder of ``path`` (``.npz`` appended unless it
     ends so), flush it to disk and rename it over the target: the file there is the old one or
-    the whole new one, never half of one.  Returns the target's path."""
-    target = npz_name(path)
+    the whole new one, never half of one.  A symlink's target is replaced, keeping the link,
+    and a replaced file keeps its permissions.  Returns the path written."""
+    target = os.path.realpath(npz_name(path))                # through a symlink: replace what it points to
+    mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else None
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
                                suffix=".tmp")
     try:
@@ -70,9 +74,11 @@ def atomic_write(path, write):
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)                             # as np.savez(path) would create it
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask                                 # as np.savez(path) would create it
+        os.chmod(tmp, mode)                                       # or as the file it replaces was
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -86,7 +86,8 @@ class Help(argparse.HelpFormatter):
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
               "activation memory) or fit(bytes) (a bound on the whole step)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
-              "gradients, activations and buffers, what memray measures; the same as --strategy fit(BYTES). "
+              "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
+              "as --strategy fit(BYTES). "
               "The process's RSS adds the interpreter, libraries and data (default: off, --strategy decides)")
 
 def parser():
@@ -174,10 +175,12 @@ def parser():
     p.add_argument("--eta", type=_rate, default=None, help="SGD learning rate (default: 3.0, or the --resume file's)")
     p.add_argument("--seed", type=int, default=None,
                    help="numpy.random seed of the initial weights (default: 0, or the --resume file's)")
-    data(p)
+    p.add_argument("--data", default=None,
+                   help="the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits, or the --resume "
+                        "file's)")
     p.add_argument("--threads", type=_positive, default=1, help="worker threads (fastckpt.parallel)")
     p.add_argument("--parallel-batches", type=_positive, default=None,
-                   help="mini-batches per update (default: one per thread or rank)")
+                   help="mini-batches per update (default: one per thread or rank, or the --resume file's)")
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
     p.add_argument("--pipeline", type=_positive, default=None, metavar="P",
                    help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
@@ -222,9 +225,9 @@ def parser():
 
 def _bytes(text):
     try:
-        return parse_bytes(text, "--max-memory")
+        return parse_bytes(text, "BYTES")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("BYTES: ")) from None
 
 
 def settle_strategy(args):

@@ -76,8 +76,9 @@ class DataParallel:
         if not xs or len(xs) != len(ys):
             raise ValueError("x_batches and y_batches must be non-empty and of one length, "
                              f"got {len(xs)} and {len(ys)}")
-        if any(np.ndim(x) < 2 for x in xs + ys):
-            raise ValueError("x_batches and y_batches must hold minibatches of samples, (batch, n) arrays each, "
+        if any(np.ndim(x) < 2 for x in xs) or any(np.ndim(y) < 1 for y in ys):
+            raise ValueError("x_batches and y_batches must hold minibatches of samples, (batch, n) arrays each "
+                             "(or (batch,) integer labels in y_batches), "
                              f"got shapes {sorted({np.shape(a) for a in xs + ys})}")
         sizes = {np.shape(x)[0] for x in xs}
         if len(sizes) != 1:

@@ -49,6 +49,16 @@ def save(net, path, *, training=None):
     format ]; its ``rng`` entry, if present, is ``numpy.random.get_state()``.
     """
     from . import __version__
+    path = os.fsdecode(os.fspath(path))
+    if not path.strip() or path.endswith(os.sep):
+        raise ValueError(f"path {path!r}: name the .npz file to write")
+    target = os.path.realpath(npz_name(path))
+    if os.path.isdir(path) or os.path.isdir(target):
+        raise ValueError(f"path {path!r}: is a folder; name the .npz file to write")
+    if not os.path.isdir(os.path.dirname(target)):
+        raise ValueError(f"path {path!r}: no such folder {os.path.dirname(target)!r}")
+    if training is not None and not isinstance(training, dict):
+        raise TypeError(f"training must be a dict, got {type(training).__name__}")
     with net.params.lock:                                  # one consistent set of parameters
         weights = [np.array(w) for w in net.weights]
         biases = [np.array(b) for b in net.biases]
@@ -62,6 +72,8 @@ def save(net, path, *, training=None):
         training = dict(training)
         rng = training.pop("rng", None)
         if rng is not None:
+            if not isinstance(rng, tuple) or len(rng) != 5:
+                raise ValueError(f"training['rng'] must be numpy.random.get_state(), got {rng!r}")
             kind, keys, pos, has_gauss, cached = rng
             if kind != "MT19937":
                 raise ValueError(f"training['rng'] must be numpy.random.get_state(), got a {kind!r} state")
@@ -97,31 +109,46 @@ def load(path):
         missing arrays, shapes that do not match its sizes, or NaN or inf.
     """
     path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
     if not os.path.exists(path) and os.path.exists(npz_name(path)):
         path = npz_name(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"path {path!r}: no such file" if not os.path.exists(path) else f"path {path!r}: not a file")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"path {path!r}: not a saved net: an .npz file is a zip archive, and this is not one")
     try:
-        archive = np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as archive:
+            headers = _headers(archive, path)
+            meta = _meta(archive, headers, path)
+            wanted = _wanted(meta, headers, path)
+            extra = sorted(set(headers) - {stored for stored, _, _ in wanted.values()} - {"meta"})
+            if extra:
+                raise ValueError(f"path {path!r}: holds arrays a saved net of sizes {meta['sizes']} does not: "
+                                 f"{', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+            members = {}
+            for name, (stored, shape, dtype) in wanted.items():
+                got_shape, got_dtype = headers[stored]
+                if got_shape != shape:
+                    raise ValueError(f"path {path!r}: {name} has shape {got_shape}, but sizes {meta['sizes']} "
+                                     f"need {shape}")
+                if got_dtype != dtype:
+                    raise ValueError(f"path {path!r}: {name} is {got_dtype}, but "
+                                     + (f"the file's dtype is {dtype}" if "meta" in headers else
+                                        f"a version-0 file's weights and biases must all be {dtype}"))
+                members[name] = archive[stored]
+    except ValueError as exc:
+        if str(exc).startswith(f"path {path!r}: "):                  # ours, with its reason
+            raise
+        raise ValueError(f"path {path!r}: the archive is damaged ({type(exc).__name__}: {exc})") from None
     except _UNREADABLE as exc:
-        raise ValueError(f"path {path!r}: not a readable .npz file ({exc})") from None
-    if not hasattr(archive, "files"):
-        raise ValueError(f"path {path!r}: holds one array, not a saved net (.npz)")
-    with archive:
-        try:
-            members = {name: archive[name] for name in archive.files}
-        except _UNREADABLE as exc:
-            raise ValueError(f"path {path!r}: the archive is damaged ({exc})") from None
-    meta = _meta(members, path)
+        raise ValueError(f"path {path!r}: the archive is damaged ({type(exc).__name__}: {exc})") from None
+    for name, arr in members.items():
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ValueError(f"path {path!r}: {name} holds NaN or inf, which no saved net does: the file is damaged")
     n = len(meta["sizes"]) - 1
-    weights = [_member(members, f"weights_{i}", path) for i in range(n)]
-    biases = [_member(members, f"biases_{i}", path) for i in range(n)]
-    for kind, arrays in (("weights", weights), ("biases", biases)):
-        for i, arr in enumerate(arrays):
-            want = (meta["sizes"][i + 1], meta["sizes"][i] if kind == "weights" else 1)
-            if arr.shape != want:
-                raise ValueError(f"path {path!r}: {kind}_{i} has shape {arr.shape}, but sizes "
-                                 f"{meta['sizes']} need {want}")
-            if arr.dtype != np.dtype(meta["dtype"]):
-                raise ValueError(f"path {path!r}: {kind}_{i} is {arr.dtype}, but the file says {meta['dtype']}")
+    weights = [members[f"weights_{i}"] for i in range(n)]
+    biases = [members[f"biases_{i}"].reshape(-1, 1) for i in range(n)]
     try:
         net = _empty(meta["sizes"], meta["dtype"], loss=meta["loss"], l2=meta["l2"],
                      strategy=meta["strategy"], optimizer_in_backward=meta["optimizer_in_backward"])
@@ -146,61 +173,103 @@ def _empty(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward):
     return NetworkWithCheckpointing.blank(sizes, dtype, strategy=strategy, **kwargs)
 
 
-def _meta(members, path):
-    """The checked metadata; a version-0 file's is made from its arrays."""
-    if "meta" not in members:
-        return _legacy_meta(members, path)
+def _headers(archive, path):
+    """``{member: (shape, dtype)}`` from each ``.npy`` header, read before any data (no allocation)."""
+    headers = {}
+    for name in archive.files:
+        with archive.zip.open(name + ".npy") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"path {path!r}: member {name!r} is .npy version {version}, which a saved net "
+                                 "never has")
+        if dtype.hasobject:
+            raise ValueError(f"path {path!r}: member {name!r} holds Python objects; a saved net holds numbers only")
+        headers[name] = (tuple(shape), dtype)
+    return headers
+
+
+def _meta(archive, headers, path):
+    """The checked metadata; a version-0 file's is made from its headers."""
+    if "meta" not in headers:
+        return _legacy_meta(headers, path)
+    shape, dtype = headers["meta"]
+    if shape != () or dtype.kind != "U" or dtype.itemsize > 2**22:
+        raise ValueError(f"path {path!r}: its meta member must be one JSON string, got shape {shape} of {dtype}")
     try:
-        meta = json.loads(str(members["meta"][()]))
+        meta = json.loads(str(archive["meta"][()]))
     except (ValueError, TypeError, IndexError) as exc:
         raise ValueError(f"path {path!r}: its metadata is not JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         shown = meta.get("format") if isinstance(meta, dict) else meta
         raise ValueError(f"path {path!r}: not a fastckpt net (format {shown!r})")
     version = meta.get("version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise ValueError(f"path {path!r}: format version {version!r}, but this fastckpt reads versions 0 and "
                          f"{FORMAT_VERSION}; it was written by fastckpt {meta.get('fastckpt_version', '?')}")
     keys = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward")
     missing = [k for k in keys if k not in meta]
     if missing:
         raise ValueError(f"path {path!r}: its metadata lacks {', '.join(missing)}")
-    sizes = meta["sizes"]
-    if not isinstance(sizes, list) or len(sizes) < 2 or not all(isinstance(s, int) and s >= 1 for s in sizes):
+    sizes, l2 = meta["sizes"], meta["l2"]
+    if not isinstance(sizes, list) or len(sizes) < 2 or not all(type(v) is int and v >= 1 for v in sizes):
         raise ValueError(f"path {path!r}: sizes must be a list of at least two integers >= 1, got {sizes!r}")
     if meta["dtype"] not in ("float32", "float64"):
         raise ValueError(f"path {path!r}: dtype must be float32 or float64, got {meta['dtype']!r}")
+    numbers = l2 if isinstance(l2, list) else [l2]
+    if not all(type(v) in (int, float) for v in numbers):
+        raise ValueError(f"path {path!r}: l2 must be a number or a list of numbers, got {l2!r}")
+    if not isinstance(meta["strategy"], str) or not isinstance(meta["loss"], str):
+        raise ValueError(f"path {path!r}: strategy and loss must be strings, got {meta['strategy']!r} and "
+                         f"{meta['loss']!r}")
     return meta
 
 
-def _legacy_meta(members, path):
-    """Version 0: ``arr_0 .. arr_{2L-1}``, the weights then the biases."""
-    count = len(members)
+def _legacy_meta(headers, path):
+    """Version 0: ``arr_0 .. arr_{2L-1}``, the weights then the biases, float32 or float64."""
+    count = len(headers)
     names = [f"arr_{i}" for i in range(count)]
-    if count < 2 or count % 2 or sorted(members) != sorted(names):
-        raise ValueError(f"path {path!r}: not a fastckpt net: it holds {sorted(members)[:6]}, neither 'meta' "
+    if count < 2 or count % 2 or sorted(headers) != sorted(names):
+        raise ValueError(f"path {path!r}: not a fastckpt net: it holds {sorted(headers)[:6]}, neither 'meta' "
                          "nor the weights and biases arr_0, arr_1, ... of a version-0 file")
     n = count // 2
-    weights = [members[f"arr_{i}"] for i in range(n)]
-    biases = [members[f"arr_{n + i}"] for i in range(n)]
-    if any(w.ndim != 2 for w in weights):
+    shapes = [headers[f"arr_{i}"][0] for i in range(n)]
+    if any(len(shape) != 2 for shape in shapes):
         raise ValueError(f"path {path!r}: a version-0 file's first {n} arrays must be 2-D weights, got shapes "
-                         f"{[w.shape for w in weights]}")
-    sizes = [int(weights[0].shape[1])] + [int(w.shape[0]) for w in weights]
+                         f"{shapes}")
+    dtype = headers["arr_0"][1]
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"path {path!r}: a version-0 file's weights must be float32 or float64, got {dtype}")
+    return {"sizes": [int(shapes[0][1])] + [int(shape[0]) for shape in shapes], "dtype": dtype.name,
+            "loss": "quadratic", "l2": 0.0, "strategy": "plain", "optimizer_in_backward": False, "training": None,
+            "version": 0}
+
+
+def _wanted(meta, headers, path):
+    """``{name: (stored member, shape, dtype)}`` of every array the file must hold."""
+    sizes, dtype = meta["sizes"], np.dtype(meta["dtype"])
+    n = len(sizes) - 1
+    legacy = meta.get("version") == 0
+    wanted = {}
     for i in range(n):
-        members[f"weights_{i}"] = weights[i]
-        members[f"biases_{i}"] = biases[i].reshape(-1, 1) if biases[i].ndim == 1 else biases[i]
-    return {"sizes": sizes, "dtype": weights[0].dtype.name, "loss": "quadratic", "l2": 0.0, "strategy": "plain",
-            "optimizer_in_backward": False, "training": None}
-
-
-def _member(members, name, path):
-    if name not in members:
-        raise ValueError(f"path {path!r}: the array {name!r} is missing")
-    return members[name]
+        bias_shape = headers.get(f"arr_{n + i}" if legacy else f"biases_{i}", ((),))[0]
+        wanted[f"weights_{i}"] = (f"arr_{i}" if legacy else f"weights_{i}", (sizes[i + 1], sizes[i]), dtype)
+        wanted[f"biases_{i}"] = (f"arr_{n + i}" if legacy else f"biases_{i}",
+                                 (sizes[i + 1],) if legacy and len(bias_shape) == 1 else (sizes[i + 1], 1), dtype)
+    training = meta.get("training")
+    if isinstance(training, dict) and training.get("rng") is not None:
+        wanted["rng_keys"] = ("rng_keys", (624,), np.dtype(np.uint32))
+    for stored, _, _ in wanted.values():
+        if stored not in headers:
+            raise ValueError(f"path {path!r}: the array {stored!r} is missing")
+    return wanted
 
 
 def _training(training, members, path):
+    """The training state as saved, with ``rng`` made a ``numpy.random.set_state`` tuple."""
     if training is None:
         return None
     if not isinstance(training, dict):
@@ -208,8 +277,11 @@ def _training(training, members, path):
     training = dict(training)
     rng = training.get("rng")
     if rng is not None:
-        keys = _member(members, "rng_keys", path)
-        if keys.shape != (624,) or keys.dtype != np.uint32:
-            raise ValueError(f"path {path!r}: rng_keys must be 624 uint32 words, got {keys.shape} {keys.dtype}")
-        training["rng"] = ("MT19937", keys, rng["pos"], rng["has_gauss"], rng["cached_gaussian"])
+        fields = ("pos", "has_gauss", "cached_gaussian")
+        if not isinstance(rng, dict) or any(k not in rng for k in fields) or type(rng["pos"]) is not int \
+                or not 0 <= rng["pos"] <= 624 or rng["has_gauss"] not in (0, 1) \
+                or type(rng["cached_gaussian"]) not in (int, float):
+            raise ValueError(f"path {path!r}: its training state's rng must hold pos (0..624), has_gauss (0 or 1) "
+                             f"and cached_gaussian, got {rng!r}")
+        training["rng"] = ("MT19937", members["rng_keys"], rng["pos"], rng["has_gauss"], rng["cached_gaussian"])
     return training

@@ -7,6 +7,7 @@ checkpoints and recompute each segment between them at most once.
 """
 import math
 import re
+from fractions import Fraction
 
 import numpy as np
 
@@ -14,8 +15,9 @@ from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, grad_
 from .search import multi_front, once_front, revolve_tree
 from .trees import keep_all, spine
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_TOO_MANY = 2**63                             # bytes no plan could count past
 
 
 class Strategy:
@@ -160,8 +162,10 @@ class Fit(Strategy):
     """The least recomputation whose whole training step is predicted to fit ``nbytes``.
 
     Where ``budget(bytes)`` bounds the activation memory only, ``fit(bytes)``
-    bounds the plan's ``total``: parameters, gradients, activations, deltas,
-    scratch and BLAS's buffers, i.e. what memray measures for a training step.
+    bounds the plan's predicted ``total``: parameters, gradients, activations,
+    deltas, scratch and BLAS's buffers.  memray measures that total to within
+    the few tens of KiB of Python objects (views, the op list) a net and its
+    plan add, so leave that much room when the bound is a hard one.
     It does not count the Python interpreter and libraries nor the training
     data.  The search is ``budget``'s, over all schedule trees, with each
     gradient's bytes counted from the step that writes it (NOTE [ Gradients
@@ -224,17 +228,17 @@ def balanced_checkpoints(n_layers, k):
 def parse_bytes(value, where):
     """Bytes from an int or a string like ``"24MiB"``, ``"1.5 GB"``, ``"4096"``."""
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value, flags=re.ASCII)
         if not m or m.group(2).lower() not in _UNITS:
             raise ValueError(f"{where}: cannot read {value!r} as bytes (e.g. 24MiB, 1.5GB, 4096)")
-        value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-        if not math.isfinite(value):
+        exact = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]        # no float rounding
+        if exact >= _TOO_MANY:
             shown = m.group(0).strip()
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise ValueError(f"{where}: {shown!r} is too many bytes to count")
-        if value != int(value):
-            raise ValueError(f"{where}: {value} is not a whole number of bytes")
-        value = int(value)
+        if exact.denominator != 1:
+            raise ValueError(f"{where}: {float(exact)} is not a whole number of bytes")
+        value = int(exact)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{where}: bytes must be a positive integer, got {value!r}")
     return int(value)
@@ -242,7 +246,7 @@ def parse_bytes(value, where):
 
 def format_bytes(n):
     """``25165824`` -> ``"24MiB"`` when exact, else the plain integer."""
-    for unit in ("GiB", "MiB", "KiB"):
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
         if n % _UNITS[unit.lower()] == 0:
             return f"{n // _UNITS[unit.lower()]}{unit}"
     return str(n)
@@ -264,7 +268,7 @@ def parse_strategy(spec):
     args = [a.strip() for a in m.group(2).split(",")] if m and m.group(2) is not None else []
     if name in ("plain", "sqrt") and not args:
         return Plain() if name == "plain" else Sqrt()
-    if name in ("every_nth", "segments", "revolve") and len(args) == 1 and args[0].isdigit():
+    if name in ("every_nth", "segments", "revolve") and len(args) == 1 and re.fullmatch(r"[0-9]+", args[0]):
         return {"every_nth": EveryNth, "segments": Segments, "revolve": Revolve}[name](int(args[0]))
     if name == "budget" and len(args) in (1, 2):
         return Budget(args[0], *args[1:])

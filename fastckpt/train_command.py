@@ -8,6 +8,7 @@ rest of the run.  ``--save`` stores them after every epoch with
 ``numpy.random``'s state; ``--resume`` restores all of it and runs epochs
 ``k .. --epochs - 1``, so the result is the uninterrupted run's bit for bit.
 """
+import hashlib
 import json
 import os
 import time
@@ -18,7 +19,7 @@ from .data import load_mnist
 from .distributed import launched_ranks
 from .planning import plan as make_plan
 from .saving import load, save_arrays
-from .strategies import parse_strategy
+from .strategies import format_bytes, parse_strategy
 
 DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain", "loss": "quadratic",
             "l2": 0.0, "eta": 3.0, "seed": 0}                 # filled in after a --resume file is read
@@ -36,6 +37,57 @@ def _model_parallel(args):
     return TensorParallelTrainer(args.sizes, dtype=args.dtype, loss=args.loss, l2=args.l2)
 
 
+# what a --resume file's training state must hold: (kind, least value)
+STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
+         "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
+
+
+def _check_state(state, path):
+    """Every field ``train`` reads from a --resume file, of its kind and range, or a ValueError naming the file."""
+    where = f"--resume {path!r}: its training state"
+    for key, (kind, least) in STATE.items():
+        value = state.get(key)
+        ok = type(value) is int or (kind is float and type(value) is float and np.isfinite(value))
+        if not ok or (least is not None and value < least):
+            raise ValueError(f"{where} needs {key} as {'an integer' if kind is int else 'a number'}"
+                             + (f" >= {least}" if least is not None else "") + f", got {value!r}")
+    accuracies = state.get("accuracies")
+    if not isinstance(accuracies, list) or len(accuracies) > state["epochs_done"] \
+            or not all(type(a) in (int, float) and 0 <= a <= 1 for a in accuracies):
+        raise ValueError(f"{where} needs accuracies as a list of at most epochs_done numbers in 0..1, "
+                         f"got {accuracies!r}")
+    for key in ("data", "data_sha256"):
+        if not (state.get(key) is None or isinstance(state.get(key), str)):
+            raise ValueError(f"{where} needs {key} as a string or null, got {state.get(key)!r}")
+    if state.get("rng") is None:
+        raise ValueError(f"{where} lacks numpy.random's state (rng)")
+
+
+def _fingerprint(data):
+    """SHA-256 of the data file, or of an IDX folder's files in name order; None for the embedded digits."""
+    if data is None:
+        return None
+    digest = hashlib.sha256()
+    folder = not os.path.isfile(data)
+    files = sorted(os.path.join(data, f) for f in os.listdir(data)) if folder else [data]
+    for name in files:
+        if os.path.isfile(name):
+            if folder:
+                digest.update(os.path.basename(name).encode() + b"\0")
+            with open(name, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+def _shown(key, value):
+    if key == "sizes":
+        return ",".join(map(str, value))
+    if key == "data":
+        return "the embedded MNIST" if value is None else repr(value)
+    return str(value)
+
+
 def _resumed(args, modes):
     """The net and training state of ``--resume``, with the settings it fixes put into ``args``."""
     if modes:
@@ -45,35 +97,47 @@ def _resumed(args, modes):
     if state is None:
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
                          "train --save writes one after every epoch")
+    _check_state(state, args.resume)
     saved = {"sizes": list(net.sizes), "dtype": net.dtype.name, "strategy": str(net.strategy), "loss": net.loss,
              "l2": net.l2[0] if len(set(net.l2)) == 1 else list(net.l2), "batch_size": state["batch_size"],
-             "eta": state["eta"], "seed": state["seed"], "data": state["data"]}
+             "eta": state["eta"], "seed": state["seed"], "data": state.get("data")}
     for key in SETTINGS:
         given = getattr(args, key)
-        shown = str(given) if key == "strategy" else os.path.abspath(given) if key == "data" and given else given
-        if given is not None and shown != saved[key]:
-            flag = "--" + key.replace("_", "-")
-            raise ValueError(f"{flag} {given} differs from the --resume file's {saved[key]}; leave {flag} out "
-                             "to go on with the file's")
-        setattr(args, key, saved[key])
+        flag = "--" + key.replace("_", "-")
+        if key == "data" and given is not None:
+            same = _fingerprint(given) == state.get("data_sha256") and (given is None) == (saved["data"] is None)
+        else:
+            same = given is None or (str(given) if key == "strategy" else given) == saved[key]
+        if not same:
+            if key == "strategy" and args.max_memory is not None:
+                flag, given = "--max-memory", format_bytes(args.max_memory)
+            raise ValueError(f"{flag} {_shown(key, given)} differs from the --resume file's "
+                             f"{_shown(key, saved[key])}; leave {flag} out to go on with the file's")
+        if key != "data" or given is None:
+            setattr(args, key, saved[key])
+    if args.data is not None and _fingerprint(args.data) != state.get("data_sha256"):
+        raise ValueError(f"--resume {args.resume!r} was trained on {args.data!r}, whose contents have changed since")
     args.strategy = parse_strategy(args.strategy)
     if state["epochs_done"] >= args.epochs:
         raise ValueError(f"--epochs {args.epochs}: the --resume file has already trained {state['epochs_done']} "
                          "epochs; give more epochs in all")
+    if args.parallel_batches is None and args.threads == 1 and state["parallel_batches"] > 1:
+        args.parallel_batches = state["parallel_batches"]           # the file's, as for every other setting
     per_update = args.parallel_batches or args.threads
-    if state.get("parallel_batches", 1) != per_update:
-        raise ValueError(f"--threads {args.threads} and --parallel-batches {args.parallel_batches} average "
-                         f"{per_update} mini-batches per update, but the --resume file's run averaged "
-                         f"{state.get('parallel_batches', 1)}: give the same")
+    if state["parallel_batches"] != per_update:
+        raise ValueError(f"--threads {args.threads} and --parallel-batches {args.parallel_batches or args.threads} "
+                         f"average {per_update} mini-batches per update, but the --resume file's run averaged "
+                         f"{state['parallel_batches']}: give the same")
     np.random.set_state(state["rng"])
     return net, state
 
 
-def _state(args, accuracies, epochs_done, updates_done, n_train):
+def _state(args, accuracies, epochs_done, updates_done, n_train, per_update=None):
     return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
             "batch_size": args.batch_size, "eta": args.eta, "seed": args.seed,
-            "data": None if args.data is None else os.path.abspath(args.data),
-            "n_train": n_train, "parallel_batches": args.parallel_batches or args.threads, "rng": np.random.get_state()}
+            "data": None if args.data is None else os.path.abspath(args.data), "data_sha256": args.data_sha256,
+            "n_train": n_train, "parallel_batches": per_update or args.parallel_batches or args.threads,
+            "rng": np.random.get_state()}
 
 
 def train(args):
@@ -105,6 +169,7 @@ def train(args):
             raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n "
                              f"{args.pipeline}), got {guard.ranks}")
     (x_train, y_train), (x_test, y_test) = load_mnist(args.data)
+    args.data_sha256 = _fingerprint(args.data) if args.save else None
     if x_train.shape[1] != args.sizes[0] or y_train.shape[1] != args.sizes[-1]:
         raise ValueError(f"--sizes {','.join(map(str, args.sizes))} do not fit the data: it has "
                          f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
@@ -156,7 +221,8 @@ def train(args):
               "updates": len(times), "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
     if args.resume:
-        result["resumed_after_epoch"] = done
+        result["resumed_after_epoch"] = done                       # updates and ms_per_update are this run's
+        result["updates_in_all"] = state["updates_done"] + len(times)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -177,6 +243,7 @@ def _run(args, net, epochs, training, test, lead, on_epoch, first_epoch, guard):
         trainer = MPITrainer(net)
         _, times = guard.run(trainer.SGD, training, epochs, args.batch_size, args.eta, test_data=test,
                                    parallel_batches=args.parallel_batches, verbose=lead and not args.json)
+        args.parallel_batches = args.parallel_batches or trainer.ranks
         on_epoch(epochs - 1, len(times))                         # saved once, at the end
         return times, {"ranks": trainer.ranks, "parallel_batches": args.parallel_batches or trainer.ranks,
                        "bytes_sent_and_received_per_update": trainer.bytes_per_update}

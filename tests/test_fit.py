@@ -69,3 +69,12 @@ def test_a_fit_net_trains_within_its_bytes_by_memray(fused):
     measured = memray_peak(build_and_train)
     assert measured <= limit + 256 * 1024, (measured, limit)
     assert abs(measured - p.bytes()["total"]) <= 256 * 1024
+
+
+def test_bytes_are_read_exactly():
+    from fastckpt.strategies import parse_strategy
+    assert str(parse_strategy("budget(9007199254740993)")) == "budget(9007199254740993)"   # 2**53 + 1, no float
+    assert parse_strategy("fit(1.5GiB)").nbytes == 3 * 2**29 and str(parse_strategy("fit(2TiB)")) == "fit(2TiB)"
+    for bad in ("revolve(\uff12)", "fit(1e3)", "budget(0.5)", "fit(0)"):
+        with pytest.raises(ValueError):
+            parse_strategy(bad)

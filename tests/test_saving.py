@@ -119,13 +119,17 @@ def _rewrite(path, **changes):
     ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0 and 1"),
     ({"meta": {"format": "something-else"}}, "not a fastckpt net"),
     ({"weights_1": np.zeros((3, 5))}, "weights_1 has shape (3, 5), but sizes [5, 4, 3] need (3, 4)"),
-    ({"biases_0": np.zeros((4, 1), np.float32)}, "biases_0 is float32, but the file says float64"),
+    ({"biases_0": np.zeros((4, 1), np.float32)}, "biases_0 is float32, but the file's dtype is float64"),
     ({"weights_0": None}, "the array 'weights_0' is missing"),
     ({"meta": {"sizes": [5, 0, 3]}}, "sizes must be a list of at least two integers >= 1"),
     ({"meta": {"dtype": "int8"}}, "dtype must be float32 or float64"),
     ({"meta": {"strategy": "fastest"}}, "unknown strategy 'fastest'"),
     ({"meta": {"loss": "hinge"}}, "loss must be 'quadratic'"),
-    ({"weights_0": np.full((4, 5), np.nan)}, "weights[0] (as float64) contains NaN or inf"),
+    ({"weights_0": np.full((4, 5), np.nan)}, "weights_0 holds NaN or inf, which no saved net does"),
+    ({"weights_2": np.zeros((3, 3))}, "holds arrays a saved net of sizes [5, 4, 3] does not: weights_2"),
+    ({"meta": {"l2": "0.1"}}, "l2 must be a number or a list of numbers"),
+    ({"meta": {"version": True}}, "format version True"),
+    ({"meta": {"sizes": [True, 4, 3]}}, "sizes must be a list of at least two integers"),
 ])
 def test_a_bad_file_is_refused_with_its_reason(tmp_path, change, message):
     path = Network([5, 4, 3]).save(tmp_path / "n.npz")
@@ -142,13 +146,33 @@ def test_damaged_and_foreign_files_are_refused(tmp_path):
     with pytest.raises(ValueError, match="n.npz"):
         fastckpt.load(path)
     np.save(tmp_path / "one.npy", np.zeros(3))
-    with pytest.raises(ValueError, match="holds one array, not a saved net"):
+    with pytest.raises(ValueError, match="not a saved net: an .npz file is a zip archive, and this is not one"):
         fastckpt.load(tmp_path / "one.npy")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="not a saved net: an .npz file is a zip archive") as info:
+        fastckpt.load(tmp_path / "notes.txt")
+    assert "pickle" not in str(info.value)
     np.savez(tmp_path / "other.npz", x_train=np.zeros(3))
     with pytest.raises(ValueError, match="not a fastckpt net"):
         fastckpt.load(tmp_path / "other.npz")
-    with pytest.raises(ValueError, match="not a readable .npz file"):
+    with pytest.raises(ValueError, match="missing.npz': no such file"):
         fastckpt.load(tmp_path / "missing.npz")
+
+
+def test_a_file_is_checked_before_its_arrays_are_read(tmp_path):
+    """A header that declares a terabyte, or an object array, is refused without allocating or unpickling."""
+    import zipfile
+    path = Network([5, 4, 3]).save(tmp_path / "n.npz")
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+    with zipfile.ZipFile(path, "a") as z, z.open("junk.npy", "w") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+    with pytest.raises(ValueError, match="holds arrays a saved net of sizes \\[5, 4, 3\\] does not: junk"):
+        fastckpt.load(path)
+    path = Network([5, 4, 3]).save(tmp_path / "m.npz")
+    with zipfile.ZipFile(path, "a") as z, z.open("weights_0x.npy", "w") as f:
+        np.lib.format.write_array(f, np.array([object()]), allow_pickle=True)
+    with pytest.raises(ValueError, match="member 'weights_0x' holds Python objects"):
+        fastckpt.load(path)
 
 
 # -- the command: --save every epoch, --resume bit for bit ------------------------------------------
@@ -182,9 +206,9 @@ def test_train_resume_goes_on_bit_for_bit(tmp_path, dtype, extra):
 
 def test_resume_refuses_what_would_change_the_run(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
-    for args, message in [(["--sizes", "784,8,10"], "--sizes [784, 8, 10] differs from the --resume file's"),
+    for args, message in [(["--sizes", "784,8,10"], "--sizes 784,8,10 differs from the --resume file's 784,16,10"),
                           (["--eta", "1.0"], "--eta 1.0 differs from the --resume file's 3.0"),
-                          (["--max-memory", "64MiB"], "--strategy fit(64MiB) differs"),
+                          (["--max-memory", "64MiB"], "--max-memory 64MiB differs from the --resume file's plain"),
                           (["--epochs", "1"], "has already trained 1 epochs"),
                           (["--mpi"], "does not combine with --mpi"),
                           (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
@@ -259,3 +283,80 @@ def test_model_parallel_trainers_take_integer_labels_too(rng, kind):
         trained.append(trainer.gather())
     for a, b in zip(trained[0][0] + trained[0][1], trained[1][0] + trained[1][1]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_save_refuses_what_it_cannot_write_and_keeps_links_and_permissions(tmp_path):
+    net = Network([3, 2])
+    for bad, message in [("", "name the .npz file to write"), (str(tmp_path / "no" / "n.npz"), "no such folder"),
+                         (str(tmp_path), "is a folder")]:
+        with pytest.raises(ValueError, match=message):
+            net.save(bad)
+    with pytest.raises(TypeError, match="training must be a dict, got list"):
+        net.save(tmp_path / "n.npz", training=[1, 2])
+    with pytest.raises(ValueError, match="must be numpy.random.get_state"):
+        net.save(tmp_path / "n.npz", training={"rng": 5})
+    assert os.listdir(tmp_path) == []
+    real = tmp_path / "real.npz"
+    net.save(real)
+    os.chmod(real, 0o600)
+    os.symlink(real, tmp_path / "latest.npz")
+    np.random.seed(9)
+    Network([3, 2]).save(tmp_path / "latest.npz")
+    assert os.path.islink(tmp_path / "latest.npz") and os.stat(real).st_mode & 0o777 == 0o600
+    assert not np.array_equal(fastckpt.load(real).weights[0], net.weights[0])     # the link's target was replaced
+    assert fastckpt.load(bytes(tmp_path / "real.npz")).sizes == [3, 2]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({}, "needs epochs_done as an integer >= 1, got None"),
+    ({"epochs_done": -5}, "needs epochs_done as an integer >= 1, got -5"),
+    ({"epochs_done": "1"}, "needs epochs_done as an integer >= 1, got '1'"),
+    ({"accuracies": "abc"}, "needs accuracies as a list of at most epochs_done numbers"),
+    ({"updates_done": "x"}, "needs updates_done as an integer"),
+    ({"n_train": "4000"}, "needs n_train as an integer"),
+    ({"eta": "3.0"}, "needs eta as a number >= 0, got '3.0'"),
+    ({"data": 5}, "needs data as a string or null, got 5"),
+    ({"rng": None}, "lacks numpy.random's state"),
+])
+def test_resume_checks_every_field_of_the_training_state(tmp_path, change, message):
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    path = tmp_path / "p.npz"
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["training"] = {} if not change else {**meta["training"], **change}
+    if meta["training"].get("rng") is None:
+        arrays.pop("rng_keys")
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+    proc = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "3"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and "p.npz" in proc.stderr, proc.stderr
+
+
+def test_resume_knows_its_data_by_contents_not_by_path(tmp_path):
+    (x, y), (xt, yt) = fastckpt.load_mnist()
+    np.savez(tmp_path / "a.npz", x_train=x[:400], y_train=y[:400].argmax(1), x_test=xt[:100], y_test=yt[:100].argmax(1))
+    os.symlink(tmp_path / "a.npz", tmp_path / "link.npz")
+    assert _train("--epochs", "1", "--save", "p.npz", "--data", "a.npz", cwd=tmp_path).returncode == 0
+    same = _train("--resume", "p.npz", "--epochs", "2", "--data", "link.npz", "--save", "q.npz", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr                           # another path to the same bytes
+    np.savez(tmp_path / "a.npz", x_train=x[400:800], y_train=y[400:800].argmax(1), x_test=xt[:100],
+             y_test=yt[:100].argmax(1))
+    changed = _train("--resume", "p.npz", "--epochs", "2", cwd=tmp_path)
+    assert changed.returncode == 2 and "whose contents have changed since" in changed.stderr, changed.stderr
+    other = _train("--resume", "p.npz", "--epochs", "2", "--data", "link.npz", cwd=tmp_path)
+    assert other.returncode == 2 and "--data 'link.npz' differs from the --resume file's" in other.stderr
+
+
+def test_threads_take_integer_labels_too(rng):
+    from fastckpt.parallel import DataParallel
+    x, y = _data(rng, n=80)
+    np.random.seed(0)
+    a = NetworkWithCheckpointing([12, 8, 4], strategy="sqrt")
+    b = copy.deepcopy(a)
+    with DataParallel(a, threads=2) as dp:
+        dp.SGD((x, y), 2, 10, 1.0, verbose=False)
+    with DataParallel(b, threads=2) as dp:
+        dp.SGD((x, y.argmax(axis=1)), 2, 10, 1.0, verbose=False)
+    _same(a, b)
