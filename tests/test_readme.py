@@ -1,0 +1,41 @@
+"""The README runs as written: its Use block, its commands' outputs, and every link it makes."""
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_the_use_block_runs_as_written_and_prints_what_its_comments_say(tmp_path):
+    block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
+    proc = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    comments = re.findall(r"#.*?: (\[[0-9 ]+\] \d+|0\.\d+)\s*$", block, re.M)
+    assert len(comments) == 2, comments
+    for comment in comments:
+        assert comment in proc.stdout, (comment, proc.stdout)
+    assert (tmp_path / "net.npz").exists()
+
+
+def test_the_max_memory_example_is_what_the_command_prints():
+    cmd = "fastckpt plan --sizes 784,256,256,256,256,256,256,10 --batch-size 2000 --max-memory 24MiB"
+    shown = README.split(f"$ {cmd}\n", 1)[1].split("```", 1)[0]
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", *cmd.split()[1:]], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    plan_lines = [line for line in proc.stdout.splitlines() if "blas" not in line and "total" not in line]
+    for line in plan_lines:                                   # BLAS's buffers depend on the machine's threads
+        assert line in shown, line
+
+
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.relative_to(ROOT).as_posix()
+                                                      for p in (ROOT / "docs").glob("*.md"))])
+def test_every_relative_link_points_at_a_file(doc):
+    path = ROOT / doc
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+        if not re.match(r"[a-z]+:", target):
+            assert (path.parent / target).exists(), (doc, target)
