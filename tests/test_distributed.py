@@ -119,3 +119,12 @@ def test_train_on_threads_from_the_command_line():
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["threads"] == 2 and result["parallel_batches"] == 4 and result["updates"] == 100
+
+
+def assert_same_saved_net(path_a, path_b, epochs=1):
+    """Two train --save files hold the same settings, epochs and, to 1e-10, the same parameters."""
+    a, b = fastckpt.load(path_a), fastckpt.load(path_b)
+    assert (a.sizes, a.dtype, a.loss, a.l2, str(a.strategy)) == (b.sizes, b.dtype, b.loss, b.l2, str(b.strategy))
+    assert a.training_state["epochs_done"] == b.training_state["epochs_done"] == epochs
+    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from test_distributed import assert_same_saved_net
 
 import fastckpt
 
@@ -297,9 +298,5 @@ def test_cli_tensor_parallel_trains_like_one_process(tmp_path):
     assert proc.returncode == 0, proc.stderr
     one = subprocess.run([*train, str(outs[1])], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
-    a, b = fastckpt.load(outs[0]), fastckpt.load(outs[1])             # both written in the saved-net format
-    assert (a.sizes, a.dtype, a.loss, a.l2, str(a.strategy)) == (b.sizes, b.dtype, b.loss, b.l2, str(b.strategy))
-    assert a.training_state["epochs_done"] == b.training_state["epochs_done"] == 1
-    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
-        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+    assert_same_saved_net(*outs)
     assert json.loads(proc.stdout)["accuracies"] == pytest.approx(json.loads(one.stdout)["accuracies"], abs=1e-9)
