@@ -22,7 +22,7 @@ def memray_case(request):
 
     import memray
 
-    from fastckpt.flame import write_peak_picture
+    from fastckpt.report.flame import write_peak_picture
     out = request.config.getoption("--flamegraphs")
 
     def measure(benchmark, name, build, x, y, eta):

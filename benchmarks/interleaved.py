@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from fastckpt import NetworkWithCheckpointing
-from fastckpt.costs import describe_sizes
-from fastckpt.strategies import parse_strategies
+from fastckpt.planner.costs import describe_sizes
+from fastckpt.planner.strategies import parse_strategies
 
 SIZES = [784] + [256] * 64 + [10]
 BATCH = 2048

@@ -21,8 +21,8 @@ from functools import partial
 import numpy as np
 
 import fastckpt
-from fastckpt.costs import describe_sizes
-from fastckpt.machine import cpu_summary
+from fastckpt.planner.costs import describe_sizes
+from fastckpt.report.machine import cpu_summary
 
 NETS = [("lab", [784, 40, 30, 10], 100), ("deep-narrow", [784] + [256] * 64 + [10], 512)]
 
@@ -57,8 +57,7 @@ def one_process(rounds, nets):
 
 def ranks(rounds, nets, micro):
     from fastckpt.distributed import MPITrainer, mpi_world
-    from fastckpt.pipeline import PipelineTrainer
-    from fastckpt.tensor_parallel import TensorParallelTrainer
+    from fastckpt.parallel import PipelineTrainer, TensorParallelTrainer
     _, comm = mpi_world()
     rank, size = comm.Get_rank(), comm.Get_size()
     rows = []

@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 import fastckpt
-from fastckpt.costs import describe_sizes
 from fastckpt.parallel import DataParallel
+from fastckpt.planner.costs import describe_sizes
 
 # (sizes, minibatch, timed updates, minibatches per update: None = one per worker)
 CASES = [([784, 40, 30, 10], 10, 400, None), ([784, 40, 30, 10], 10, 100, 8), ([784, 40, 30, 10], 100, 200, None),
@@ -61,7 +61,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-mpi", action="store_true")
     args = parser.parse_args(argv)
-    from fastckpt.machine import cpu_summary
+    from fastckpt.report.machine import cpu_summary
     print(cpu_summary() + "\n")
     print("| net | mini-batch | mini-batches per update | threads 1 -> 2 (samples/s) | speed-up |"
           " MPI ranks 1 -> 2 (samples/s) | speed-up |")

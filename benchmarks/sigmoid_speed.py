@@ -21,7 +21,7 @@ atexit.register(shutil.rmtree, os.environ["FASTCKPT_CACHE_DIR"], True)
 
 from fastckpt.kernels import bias_sigmoid  # noqa: E402
 
-from fastckpt.machine import cpu_summary  # noqa: E402
+from fastckpt.report.machine import cpu_summary  # noqa: E402
 
 
 def per_element(rows, cols, dtype, rounds):

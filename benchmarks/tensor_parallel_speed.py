@@ -19,10 +19,10 @@ import numpy as np
 from fastckpt.kernels import set_blas_threads
 
 import fastckpt
-from fastckpt.costs import describe_sizes
 from fastckpt.distributed import mpi_world
-from fastckpt.machine import cpu_summary
-from fastckpt.tensor_parallel import TensorParallelTrainer
+from fastckpt.parallel import TensorParallelTrainer
+from fastckpt.planner.costs import describe_sizes
+from fastckpt.report.machine import cpu_summary
 
 MPI, WORLD = mpi_world()
 # (name, sizes, minibatch, updates per round, eta)

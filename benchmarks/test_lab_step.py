@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fastckpt import Network, NetworkWithCheckpointing, load_mnist
-from fastckpt.memory import memray_peak
+from fastckpt.report.measure import memray_peak
 
 SIZES = [784, 40, 30, 10]
 BATCH = 100

@@ -20,7 +20,7 @@ import torch_peer
 from fastckpt.kernels import blas_threads
 
 from fastckpt import NetworkWithCheckpointing
-from fastckpt.costs import forward_flops, step_flops
+from fastckpt.planner.costs import forward_flops, step_flops
 
 NETS = {  # name: (full sizes, full batch, small sizes, small batch, checkpointed: (fastckpt, torch segments))
     "lab": ([784, 40, 30, 10], 100, [784, 40, 30, 10], 100, ("every_nth(2)", 2)),

@@ -12,7 +12,7 @@ import pytest
 import torch_peer
 
 from fastckpt import InfeasiblePlan, NetworkWithCheckpointing, plan
-from fastckpt.memory import memray_peak
+from fastckpt.report.measure import memray_peak
 
 SHAPES = {"full": ([784] + [256] * 64 + [10], 2048), "small": ([784] + [256] * 8 + [10], 64)}
 CASES = {

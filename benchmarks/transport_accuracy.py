@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from fastckpt.machine import cpu_summary
+from fastckpt.report.machine import cpu_summary
 
 TRANSPORTS = ("native", "float16", "bfloat16", "int8")
 

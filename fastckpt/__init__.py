@@ -1,17 +1,14 @@
 """fastckpt: fast CPU training of sigmoid MLPs, with gradient checkpointing.
 
 ``from fastckpt import Network, NetworkWithCheckpointing`` replaces the lab classes.
+The layers beneath this facade are drawn in docs/architecture.md.
 """
-from . import memory, strategies
-from .checkpointing import NetworkWithCheckpointing
+from ._version import __version__
+from .core.params import Parameters
 from .data import load_mnist
 from .engine import Engine
-from .network import Network
-from .params import Parameters
-from .planning import Plan, plan
-from .saving import load
-from .strategies import InfeasiblePlan
+from .nets import Network, NetworkWithCheckpointing, load
+from .planner import InfeasiblePlan, Plan, plan, strategies
 
-__version__ = "0.2.0"
-__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "load",
-           "load_mnist", "memory", "plan", "strategies"]
+__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "__version__",
+           "load", "load_mnist", "plan", "strategies"]

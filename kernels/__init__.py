@@ -1,16 +1,44 @@
-"""Numba kernels of fastckpt: batched dense sigmoid layers, loss and update steps.
+"""Numba kernels of fastckpt: batched dense layers, losses, update steps, the planner's tables, codecs.
 
 Kernels trust their callers (``fastckpt`` checks shapes, dtypes and
 contiguity) but still refuse shapes that do not chain, so a wrong call is an
-error rather than a crash.
+error rather than a crash.  They import nothing of ``fastckpt``, and every
+kernel writes into arrays its caller passes (the planner's table builders,
+which run once per plan, are the exception: they size their own tables).
+
+The names below are the kernels' public face: ``fastckpt`` imports them from
+here, never from the modules that define them.
 """
-from .activations import bias_sigmoid
-from .blas import blas_threads, set_blas_threads
-from .dense import dense_backward, dense_backward_sgd, dense_forward, dense_forward_log_softmax
+from ._jit import KernelCacheWarning
+from .activations import bias_log_softmax, bias_sigmoid
+from .blas import NO_TRANS, TRANS, blas_threads, set_blas_threads
+from .dense import (
+    dense_backward,
+    dense_backward_sgd,
+    dense_forward,
+    dense_forward_layer,
+    dense_forward_log_softmax,
+    gemm,
+)
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta, sgd_step, sum_squares
+from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops
+from .schedules import multi_points, once_points, region_table_of, revolve_splits
+from .transport import (
+    NONFINITE,
+    OVERFLOW,
+    bfloat16_encode,
+    copy_finite,
+    float16_encode,
+    int8_decode,
+    int8_encode,
+    table_decode,
+)
 
 __all__ = [
-    "accumulate", "all_finite", "bias_sigmoid", "blas_threads", "cross_entropy_delta", "dense_backward",
-    "dense_backward_sgd", "dense_forward", "dense_forward_log_softmax", "quadratic_delta", "set_blas_threads",
-    "sgd_step", "sum_squares",
+    "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "NONFINITE", "NO_TRANS", "OK", "OVERFLOW", "TRANS",
+    "accumulate", "all_finite", "bfloat16_encode", "bias_log_softmax", "bias_sigmoid", "blas_threads", "copy_finite",
+    "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward", "dense_forward_layer",
+    "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode", "multi_points",
+    "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops", "set_blas_threads",
+    "sgd_step", "sum_squares", "table_decode",
 ]

@@ -24,7 +24,6 @@ import numpy as np
 from numba import config, types
 
 _INT_OF = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32}
-_FLOAT_OF = {np.dtype(np.int64): np.float64, np.dtype(np.int32): np.float32}
 
 
 def _round_exact(exact, dtype):

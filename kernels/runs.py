@@ -6,7 +6,7 @@ drives the runs, one per segment.  Each row of ``ops`` (int64) is
 
     kind, layer, read, write, d_out, d_in
 
-- ``kind``: 0 forward, 1 loss, 2 backward (``fastckpt.workspace.FWD/LOSS/BWD``);
+- ``kind``: 0 forward, 1 loss, 2 backward (``fastckpt.engine.workspace.FWD/LOSS/BWD``);
 - ``read``/``write``: element offsets of the layer's input and output activations in
   ``arena`` (``read = -1``: the input ``x``);
 - ``d_out``/``d_in``: offsets of the deltas in ``deltas`` (``d_in = -1``: none, the first layer).

@@ -1,4 +1,4 @@
-"""Compiled loops of the checkpoint planner's dynamic programs (:mod:`fastckpt.search` decides).
+"""Compiled loops of the checkpoint planner's dynamic programs (:mod:`fastckpt.planner.search` decides).
 
 Cost, peak and Pareto-front tables over sub-chains of a chain of layers, on
 int64 byte counts and float64 FLOP prefix sums.  Unlike the step kernels,

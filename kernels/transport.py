@@ -1,6 +1,6 @@
 """Encoding of (rows, width) float rows into the narrow formats sent between pipeline stages, and back.
 
-:mod:`fastckpt.transport` lays the messages out and checks every argument; these loops only compute.
+:mod:`fastckpt.parallel.pipeline.transport` lays the messages out and checks every argument; these loops only compute.
 
 - ``float16`` (IEEE half) and ``bfloat16`` (the top half of a float32): one uint16 code per element,
   the value rounded to nearest, ties to even, *once*, from the source's own bit pattern (float64 or

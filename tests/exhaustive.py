@@ -12,7 +12,7 @@ import heapq
 import itertools
 import math
 
-from fastckpt.trees import keep_all, spine, tree_cost, walk
+from fastckpt.planner.trees import keep_all, spine, tree_cost, walk
 
 
 def least_flops(flops, w, limit, persistent=True):

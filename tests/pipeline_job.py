@@ -12,8 +12,8 @@ import sys
 import numpy as np
 
 import fastckpt
-from fastckpt.memory import memray_peak
-from fastckpt.pipeline import PipelineTrainer
+from fastckpt.parallel import PipelineTrainer
+from fastckpt.report.measure import memray_peak
 
 
 def run(case, x, y, gather=True):

@@ -132,7 +132,7 @@ def test_analyze_prints_planned_and_measured_memory_and_writes_pngs(tmp_path):
                 "--strategies", "plain,sqrt,budget(64KiB, once)", "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    rows = fastckpt.memory.depth_table([1, 4, 16], width=32, batch_size=16,
+    rows = fastckpt.planner.curves.depth_table([1, 4, 16], width=32, batch_size=16,
                                        strategies=["plain", "sqrt", "budget(64KiB, once)"])
     for row, mine in zip(got["rows"], rows):
         assert row["plain"]["total"] == mine["plain"]["total"] and row["sqrt"]["total"] == mine["sqrt"]["total"]

@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 import fastckpt
-from fastckpt import cli, commands
-from fastckpt.report import RunFailed, child_main
+from fastckpt.cli import app as cli
+from fastckpt.cli import commands
+from fastckpt.report.compare import RunFailed, child_main
 
 FASTCKPT = [sys.executable, "-m", "fastckpt"]
 NEVER_ENDS = ["--epochs", "10000"]        # a check that ran after training would hit the subprocess timeout

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 import fastckpt
-from fastckpt import cli_parser, plan
+from fastckpt import plan
+from fastckpt.cli import options, parser
 
 FASTCKPT = [sys.executable, "-m", "fastckpt"]
 
@@ -36,8 +37,8 @@ def test_a_bare_fastckpt_lists_every_command_with_one_line():
 
 
 def _options():
-    parser = cli_parser.parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    top = parser.parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     for name, p in sub.choices.items():
         for action in p._actions:
             if action.option_strings and action.dest != "help":
@@ -48,7 +49,7 @@ def _options():
                          ids=[f"{n}-{a.option_strings[0]}" for n, a, _ in _options()])
 def test_every_option_has_a_description_and_its_default(name, action, parser):
     assert action.help and len(action.help) > 10
-    shown = cli_parser.Help(name)._get_help_string(action) % {"default": action.default}
+    shown = options.Help(name)._get_help_string(action) % {"default": action.default}
     assert "default" in shown, (name, action.option_strings, shown)
     if action.default not in (None, False) and not isinstance(action.default, list):
         assert str(action.default) in shown or "default:" in action.help
@@ -78,7 +79,7 @@ def test_max_memory_is_fit_and_bounds_the_whole_step():
 
 def test_one_list_separator_everywhere():
     """Commands and scripts read strategy lists alike: commas, with commas inside parentheses kept."""
-    from fastckpt.strategies import parse_strategies
+    from fastckpt.planner.strategies import parse_strategies
     assert [str(s) for s in parse_strategies("every_nth(2),budget(24MiB, once),fit(1GiB)")] == \
         ["every_nth(2)", "budget(24MiB, once)", "fit(1GiB)"]
     proc = subprocess.run([sys.executable, "benchmarks/interleaved.py", "--help"], capture_output=True, text=True,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fastckpt import load_mnist
-from fastckpt.memory import memray_peak
+from fastckpt.report.measure import memray_peak
 
 NAMES = {"x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
          "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte"}

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from fastckpt import InfeasiblePlan, plan
-from fastckpt.costs import forward_flops, grad_bytes, state_bytes
-from fastckpt.trees import tree_cost, walk
+from fastckpt.core.layout import grad_bytes
+from fastckpt.planner.costs import forward_flops, state_bytes
+from fastckpt.planner.trees import tree_cost, walk
 
 
 def _every_tree(sizes, batch, item, fused):
@@ -49,7 +50,7 @@ def test_fit_is_the_least_recomputation_whose_total_fits(rng, fused):
 @pytest.mark.parametrize("fused", [False, True], ids=["sgd-after", "sgd-in-backward"])
 def test_a_fit_net_trains_within_its_bytes_by_memray(fused):
     from fastckpt import NetworkWithCheckpointing
-    from fastckpt.memory import memray_peak
+    from fastckpt.report.measure import memray_peak
     sizes, batch = [784] + [256] * 24 + [10], 512
     whole = plan(sizes, batch, "float64", "plain", optimizer_in_backward=fused).bytes()["total"]
     with pytest.raises(InfeasiblePlan) as info:
@@ -72,7 +73,7 @@ def test_a_fit_net_trains_within_its_bytes_by_memray(fused):
 
 
 def test_bytes_are_read_exactly():
-    from fastckpt.strategies import parse_strategy
+    from fastckpt.planner.strategies import parse_strategy
     assert str(parse_strategy("budget(9007199254740993)")) == "budget(9007199254740993)"   # 2**53 + 1, no float
     assert parse_strategy("fit(1.5GiB)").nbytes == 3 * 2**29 and str(parse_strategy("fit(2TiB)")) == "fit(2TiB)"
     for bad in ("revolve(\uff12)", "fit(1e3)", "budget(0.5)", "fit(0)"):

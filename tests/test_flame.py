@@ -6,8 +6,8 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-import fastckpt.engine
-from fastckpt.flame import OTHER, Box, capture_boxes, peak_tree, short_path, source_kind, write_peak_picture
+import fastckpt.engine.engine
+from fastckpt.report.flame import OTHER, Box, capture_boxes, peak_tree, short_path, source_kind, write_peak_picture
 
 MiB = 2**20
 
@@ -47,11 +47,11 @@ def test_source_files_are_named_and_coloured_by_package(tmp_path):
     script = tmp_path / "loose.py"
     script.write_text("")
     dense = find_spec("fastckpt.kernels.dense").origin
-    assert short_path(fastckpt.engine.__file__) == "fastckpt/engine.py"
+    assert short_path(fastckpt.engine.engine.__file__) == "fastckpt/engine/engine.py"
     assert short_path(dense).endswith("kernels/dense.py")
     assert short_path(np.__file__) == "numpy/__init__.py"
     assert short_path(str(script)) == "loose.py" and short_path("<frozen runpy>") == "<frozen runpy>"
-    assert source_kind(fastckpt.engine.__file__) == source_kind(dense) == "fastckpt"
+    assert source_kind(fastckpt.engine.engine.__file__) == source_kind(dense) == "fastckpt"
     assert source_kind(np.__file__) == "numpy"
     assert source_kind(str(script)) == source_kind("<unknown>") == "other"
 

@@ -8,7 +8,7 @@ import pytest
 
 import fastckpt
 from fastckpt import NetworkWithCheckpointing
-from fastckpt.memory import memray_peak
+from fastckpt.report.measure import memray_peak
 
 pytestmark = pytest.mark.memory
 

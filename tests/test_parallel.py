@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-import fastckpt.engine as engine
+import fastckpt.engine.engine as engine
 from fastckpt import Network, NetworkWithCheckpointing
 from fastckpt.parallel import DataParallel
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import fastckpt
-from fastckpt.pipeline import SEND_BUFFERS, balance
-from fastckpt.stage import Stage, in_flight, schedule, storage_slots
+from fastckpt.parallel.pipeline.links import SEND_BUFFERS
+from fastckpt.parallel.pipeline.partition import balance
+from fastckpt.parallel.pipeline.schedules import in_flight, schedule, storage_slots
+from fastckpt.parallel.pipeline.stage import Stage
 
 STRATEGIES = ["plain", "every_nth(2)", "sqrt", "revolve(1)", "revolve(2)", "segments(1)"]
 
@@ -157,7 +159,7 @@ def test_a_chain_of_stages_gives_the_gradients_of_one_net(strategy, dtype, rng):
         lo = 0
         tol = 1e-12 if dtype == np.float64 else 2e-5
         for (_, params), acc in zip(stages, accs):
-            w, b = fastckpt.costs.layer_views(acc, params.sizes)
+            w, b = fastckpt.core.layout.layer_views(acc, params.sizes)
             for i in range(len(w)):
                 np.testing.assert_allclose(w[i], gw[lo + i], rtol=tol, atol=tol * 1e-2)
                 np.testing.assert_allclose(b[i], gb[lo + i][:, 0], rtol=tol, atol=tol * 1e-2)

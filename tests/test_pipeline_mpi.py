@@ -101,8 +101,8 @@ def test_checkpointing_inside_stages_lowers_their_peak(tmp_path):
     sizes, batch = [784] + [256] * 16 + [10], 4000
     limit = 32 * MiB
     assert fastckpt.plan(sizes, batch).bytes()["total"] > 4 * limit            # 154 MiB in one process
-    from fastckpt.pipeline import stage_bytes
-    from fastckpt.stage import schedule
+    from fastckpt.parallel.pipeline.partition import stage_bytes
+    from fastckpt.parallel.pipeline.schedules import schedule
     for strategy, fits in (("plain", False), ("sqrt", True)):
         totals = [stage_bytes(sizes, lo, hi, batch // 8, np.float64, strategy, schedule("1f1b", s, 2, 8))["total"]
                   for s, (lo, hi) in enumerate([(0, 8), (8, 17)])]
@@ -149,7 +149,7 @@ def test_bad_pipeline_settings_are_one_clear_error_not_a_hang(args, message):
 
 @needs_mpi
 def test_ranks_started_with_different_settings_all_refuse(tmp_path):
-    code = ("import numpy as np, os; from fastckpt.pipeline import PipelineTrainer\n"
+    code = ("import numpy as np, os; from fastckpt.parallel import PipelineTrainer\n"
             "r = int(os.environ.get('PMI_RANK', 0))\n"
             "try:\n"
             "    PipelineTrainer([784, 30, 20, 10], 2 + r)\n"
@@ -164,7 +164,7 @@ def test_ranks_started_with_different_settings_all_refuse(tmp_path):
 
 @needs_mpi
 def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on():
-    code = ("import numpy as np; from fastckpt.pipeline import PipelineTrainer\n"
+    code = ("import numpy as np; from fastckpt.parallel import PipelineTrainer\n"
             "np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], 2, schedule='1f1b', strategy='sqrt')\n"
             "x = np.random.rand(8, 20); y = np.full((8, 3), 1e300)\n"
             "before = t.gather()\n"

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import fastckpt
-from fastckpt.costs import forward_flops, state_bytes
-from fastckpt.search import least_peak, multi_front, once_front, region_table, revolve_tree
-from fastckpt.strategies import Budget, Revolve
-from fastckpt.trees import keep_all
+from fastckpt.planner.costs import forward_flops, state_bytes
+from fastckpt.planner.search import least_peak, multi_front, once_front, region_table, revolve_tree
+from fastckpt.planner.strategies import Budget, Revolve
+from fastckpt.planner.trees import keep_all
 
 
 class _Old:
@@ -218,7 +218,7 @@ def test_slots_beyond_the_layers_are_the_unbounded_search():
 @pytest.mark.memory
 def test_a_thousand_layers_plan_within_the_stated_memory():
     """NOTE [ Planning bounds ] in fastckpt/search.py: revolve(d >= L) needs about 48 (L + 2)^2 bytes."""
-    from fastckpt.memory import memray_peak
+    from fastckpt.report.measure import memray_peak
     sizes = [784] + [256] * 1000 + [10]
     Revolve(10**9).tree([8, 8, 8], 1, 8)                 # compile or load the DP before measuring
     peak = memray_peak(lambda: Revolve(10**9).tree(sizes, 2048, 8))
@@ -234,7 +234,7 @@ def test_huge_budgets_and_slots_are_no_error():
 def test_the_searches_give_the_same_answers_without_the_jit(rng):
     """Under NUMBA_DISABLE_JIT=1 the compiled loops run as Python: slow, never wrong."""
     sizes, flops, w = _medium_chain(rng, 6, 9)
-    code = ("import sys, fastckpt.search as s; f, w = eval(sys.argv[1]), eval(sys.argv[2]); "
+    code = ("import sys, fastckpt.planner.search as s; f, w = eval(sys.argv[1]), eval(sys.argv[2]); "
             "m, o = s.multi_front(f, w, None), s.once_front(f, w, None); "
             "print(repr((s.revolve_tree(f, w, 2), m.peaks, m.costs, m.tree(0), o.peaks, o.costs, o.tree(0))))")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")

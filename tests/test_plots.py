@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastckpt import memory, plots, report
-from fastckpt.strategies import parse_strategy
+from fastckpt.planner import curves
+from fastckpt.planner.strategies import parse_strategy
+from fastckpt.report import plots, summary
 
 MiB = 2**20
 SIZES = [784, 40, 30, 10]
@@ -13,7 +14,7 @@ NAMES = ["plain", "every_nth(2)", "every_nth(3)", "segments(4)", "sqrt", "revolv
 
 
 def _result(name, rss, seconds):
-    """What ``report.run_one`` returns, with made-up series."""
+    """What ``fastckpt.report.compare.run_one`` returns, with made-up series."""
     return {"name": name, "strategy": name, "accuracies": [0.5, 0.6], "ms_per_update": 1e3 * float(np.median(seconds)),
             "memray_peak_bytes": MiB, "predicted_bytes": MiB, "recompute_factor": 1.0, "extra_flop_fraction": 0.0,
             "time_ratio": 1.0, "memory_ratio": 1.0, "rss_bytes": [int(b) for b in rss], "rss_base_bytes": 0,
@@ -32,9 +33,9 @@ def _pixels(path):
 
 def _write_all(tmp_path, results):
     """Every PNG the package writes, from ``results`` (the compare report) and an analysis of the same names."""
-    paths = report.write_report(tmp_path / "compare", results, _setup())
+    paths = summary.write_report(tmp_path / "compare", results, _setup())
     names = [r["name"] for r in results]
-    rows = memory.depth_table([1, 2, 4, 8], width=64, batch_size=16, strategies=names)
+    rows = curves.depth_table([1, 2, 4, 8], width=64, batch_size=16, strategies=names)
     depth = plots.plot_depth(rows, tmp_path / "memory_vs_depth.png")
     marks = [(n, (k + 1) * MiB, 0.1 * k) for k, n in enumerate(names)]
     curve = [(8 * MiB, 0.0), (4 * MiB, 0.2), (2 * MiB, 1.0)]
@@ -116,7 +117,7 @@ def test_the_written_report_says_which_curves_are_the_same(tmp_path):
     seconds = np.full(50, 1e-4)
     results = [_result("plain", rss, seconds), _result("every_nth(2)", rss, seconds),
                _result("sqrt", rss + 4096, 2 * seconds), _result("segments(3)", rss + MiB, 3 * seconds)]
-    paths = report.write_report(tmp_path, results, _setup())
+    paths = summary.write_report(tmp_path, results, _setup())
     memory_labels = {n: s["label"] for n, s in plots.read_styles(paths["memory"]).items()}
     assert memory_labels["every_nth(2)"].endswith("[same as plain]")
     assert memory_labels["sqrt"].endswith("[within 4 KiB of plain]")

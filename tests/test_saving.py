@@ -10,7 +10,7 @@ import pytest
 
 import fastckpt
 from fastckpt import Network, NetworkWithCheckpointing
-from fastckpt.saving import FORMAT_VERSION
+from fastckpt.core.fileformat import FORMAT_VERSION
 
 TRAIN = [sys.executable, "-m", "fastckpt", "train"]
 
@@ -272,8 +272,7 @@ def test_predict_is_the_arg_max_of_the_output(rng):
 def test_model_parallel_trainers_take_integer_labels_too(rng, kind):
     """On one rank (no mpiexec): the same update from one-hot rows and from integer labels."""
     pytest.importorskip("mpi4py")
-    from fastckpt.pipeline import PipelineTrainer
-    from fastckpt.tensor_parallel import TensorParallelTrainer
+    from fastckpt.parallel import PipelineTrainer, TensorParallelTrainer
     x, y = _data(rng, n=40)
     trained = []
     for targets in (y, y.argmax(axis=1)):

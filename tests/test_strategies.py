@@ -8,9 +8,10 @@ import pytest
 
 import fastckpt
 from fastckpt import InfeasiblePlan, Network, NetworkWithCheckpointing
-from fastckpt.costs import forward_flops, param_layout, state_bytes
-from fastckpt.search import multi_front, once_front, revolve_tree
-from fastckpt.strategies import balanced_checkpoints, parse_strategy
+from fastckpt.core.layout import param_layout
+from fastckpt.planner.costs import forward_flops, state_bytes
+from fastckpt.planner.search import multi_front, once_front, revolve_tree
+from fastckpt.planner.strategies import balanced_checkpoints, parse_strategy
 
 STRATEGIES = ["plain", "every_nth(2)", "every_nth(3)", "segments(2)", "segments(3)", "sqrt",
               "revolve(1)", "revolve(2)", "revolve(3)", "budget(12KiB)", "budget(16KiB, once)"]

@@ -43,7 +43,7 @@ DRIVER = textwrap.dedent("""
     import json, pathlib, sys
     import numpy as np
     import fastckpt
-    from fastckpt.tensor_parallel import TensorParallelTrainer
+    from fastckpt.parallel import TensorParallelTrainer
 
     spec = json.loads(sys.argv[1])
     out = pathlib.Path(spec["out"])
@@ -58,7 +58,7 @@ DRIVER = textwrap.dedent("""
         rank = trainer.rank
         eta = spec.get("eta_of_rank", {}).get(str(rank), eta)
         if str(rank) in spec.get("refuse_on_rank", ()):      # this rank's step is refused, as by an overflow
-            import fastckpt.tensor_parallel as tp
+            import fastckpt.parallel.tensor as tp
             tp.sgd_step = lambda *args: False
         n, sizes = sum(batches), case["sizes"]
         if sizes[0] == 784 and sizes[-1] == 10:

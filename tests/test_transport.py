@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fastckpt.transport import TRANSPORTS, Codec, decode_table
+from fastckpt.parallel.pipeline.transport import TRANSPORTS, Codec, decode_table
 
 DTYPES = [np.float64, np.float32]
 NARROW = ["float16", "bfloat16"]
@@ -412,7 +412,7 @@ import json
 import numpy as np
 import numba
 from fastckpt.kernels.transport import float16_encode
-from fastckpt.transport import TRANSPORTS, Codec
+from fastckpt.parallel.pipeline.transport import TRANSPORTS, Codec
 rng = np.random.default_rng(3)
 out = {"jit_disabled": bool(numba.config.DISABLE_JIT), "python_kernel": not hasattr(float16_encode, "signatures")}
 for dtype in (np.float64, np.float32):

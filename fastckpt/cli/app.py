@@ -1,0 +1,97 @@
+"""The ``fastckpt`` command.
+
+``compare`` trains with and without checkpointing and reports; ``analyze`` and
+``plan`` answer memory questions from the planner; ``profile`` writes a memray
+flamegraph of training; ``train`` trains one net.
+
+Every failure is one line on stderr, ``fastckpt <command>: error: <reason>``,
+never a traceback (``FASTCKPT_DEBUG=1`` shows it).  Exit codes:
+
+* 0: done;
+* 1: training failed on valid input (divergence, out of memory), or a bug,
+  which the line says, asking for a report;
+* 2: bad input: arguments, data, files (checked before any training);
+* 128 + signal: ``compare`` stopped by SIGINT (130), SIGTERM (143) or SIGHUP
+  (129) after ending its child and writing the finished runs;
+* 141 (128 + SIGPIPE): stdout was closed early (``fastckpt plan | head``),
+  quietly, as ``cat`` or ``yes`` would end.
+
+docs/misuse.md has the table of cases.
+"""
+import os
+import signal
+import sys
+
+from fastckpt.report.compare import RunFailed, builtin_kinds
+
+from . import commands
+from .guard import leave_job
+from .parser import commands_list, parser, settled
+from .paths import check_paths
+from .train import train
+
+
+def main(argv=None):
+    command = "fastckpt"
+    try:
+        top = parser()
+        args = top.parse_args(argv)
+        if args.command is None:                                   # a bare ``fastckpt``: what it can do
+            print(commands_list(top))
+            return 0
+        command = f"fastckpt {args.command}"
+        args = settled(args)
+        run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
+               "profile": commands.profile, "train": train}
+        check_paths(args)                                          # before any training
+        code = run[args.command](args)
+        sys.stdout.flush()                                         # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader left (``| head``): send what is still buffered nowhere, and end as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        if os.environ.get("FASTCKPT_DEBUG"):
+            raise
+        if not leave_job(f"{command}: interrupted (SIGINT)", 130):
+            _say(f"{command}: interrupted (SIGINT)")
+        return 130
+    except Exception as exc:
+        if os.environ.get("FASTCKPT_DEBUG"):
+            raise
+        code, reason = _failure(exc)
+        if not leave_job(f"{command}: error: {reason}", code):    # other MPI ranks may wait for this one
+            _say(f"{command}: error: {reason}")
+        return code
+
+
+BUG = "(a bug: please report it; run with FASTCKPT_DEBUG=1 for the traceback)"
+
+
+def _failure(exc):
+    """(exit code, one-line reason) for an exception, or for a compare child's, by the builtin classes it is."""
+    child = isinstance(exc, RunFailed)
+    kinds = exc.kinds if child else builtin_kinds(exc)
+    prefix = f"the {exc.run} run: " if child else ""
+    reason = " ".join(str(exc.reason if child else exc).split()) or type(exc).__name__   # one line
+    if "MemoryError" in kinds:
+        return 1, f"{prefix}out of memory: {reason}; try a smaller --batch-size or --sizes"
+    if "FloatingPointError" in kinds:
+        return 1, f"{prefix}{reason}; try a smaller --eta"
+    if kinds & {"ValueError", "TypeError", "OSError", "RuntimeError"}:
+        return 2, prefix + reason
+    if child:                               # a bug, its reason naming its type; or a death without a word
+        return 1, f"{prefix}{reason} {BUG}" if kinds else prefix + reason
+    return 1, f"{type(exc).__name__}: {reason} {BUG}"
+
+
+def _say(line):
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:                                                 # stderr is gone too: nothing to tell
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""What each ``fastckpt`` subcommand does, given its parsed arguments; :mod:`fastckpt.cli` parses them."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from fastckpt.nets import NetworkWithCheckpointing
+from fastckpt.planner import parse_strategy
+from fastckpt.planner import plan as make_plan
+from fastckpt.planner.curves import depth_table, tradeoff
+from fastckpt.report import compare as report
+from fastckpt.report.flame import write_peak_picture
+from fastckpt.report.measure import memray_peak
+from fastckpt.report.plots import plot_depth, plot_tradeoff
+from fastckpt.report.summary import summary, table, write_report
+
+from .data import load_data
+from .signals import Stopped, Stopper
+
+
+# -- compare ----------------------------------------------------------------------------------
+def compare(args):
+    (x_train, y_train), _ = load_data(args.data, args.sizes)
+    if args.batch_size > len(x_train):
+        raise ValueError(f"--batch-size {args.batch_size} is more than the {len(x_train)} training samples")
+    if args.strategies and args.every:
+        raise ValueError("give --strategies or --every, not both")
+    strategies = args.strategies or [parse_strategy(f"every_nth({args.every or 2})"), parse_strategy("sqrt")]
+    for s in strategies:                                          # refuse before any training
+        make_plan(args.sizes, args.batch_size, args.dtype, s)
+    setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
+             "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)"}
+    done = []
+    with Stopper() as stopper:                                    # SIGINT, SIGTERM, SIGHUP: see _signals
+
+        def keep(results):
+            done[:] = results
+            if args.out:
+                write_report(args.out, results, setup)
+        try:
+            results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
+                                         batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
+                                         seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred)
+        except (Stopped, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+            names = ", ".join(r["name"] for r in done)
+            kept = f"; finished runs written to {args.out}: {names}" if args.out and done else ""
+            print(f"fastckpt compare: {stop}{kept}", file=sys.stderr)
+            return stop.exit_code
+    if args.json:
+        print(json.dumps(summary(results, setup), indent=2))
+    else:
+        print("\n" + table(results, setup))
+        if args.out:
+            print(f"\nreport written to {args.out}: summary.md, memory_per_update.png, "
+                  "cumulative_update_time.png, memory_vs_depth.png")
+    return 0
+
+
+# -- plan and analyze -------------------------------------------------------------------------
+def show_plan(args):
+    p = make_plan(args.sizes, args.batch_size, args.dtype, args.strategy, optimizer_in_backward=args.sgd_in_backward)
+    if args.json:
+        print(json.dumps({"sizes": list(p.sizes), "batch_size": p.batch_size, "dtype": p.dtype.name,
+                          "strategy": str(p.strategy), "optimizer_in_backward": p.optimizer_in_backward,
+                          "kept": list(p.kept), "recompute_order": list(p.recompute_order),
+                          "forward_counts": p.forward_counts.tolist(), "recompute_factor": p.recompute_factor,
+                          "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes()}, indent=2))
+    else:
+        print(p.describe())
+    return 0
+
+
+def _measured(sizes, batch, dtype, strategy, fused):
+    """memray's peak over building a net and 3 training steps on random data."""
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, sizes[0])).astype(dtype)
+    y = rng.random((batch, sizes[-1])).astype(dtype)
+
+    def build_and_train():
+        net = NetworkWithCheckpointing(sizes, strategy=strategy, dtype=dtype, optimizer_in_backward=fused)
+        for _ in range(3):
+            net.update_mini_batch(x, y, 0.01)
+    build_and_train()                                             # warm-up
+    return memray_peak(build_and_train)
+
+
+def analyze(args):
+    names = [str(s) for s in args.strategies]
+    rows = depth_table(args.depths, width=args.width, n_in=args.n_in, n_out=args.n_out,
+                              batch_size=args.batch_size, dtype=args.dtype, strategies=args.strategies,
+                              optimizer_in_backward=args.sgd_in_backward)
+    for row in rows:
+        row["measured"] = {}
+        if row["hidden_layers"] in args.measure:
+            for s in args.strategies:
+                if row[str(s)] is not None:
+                    row["measured"][str(s)] = _measured(row["sizes"], args.batch_size, args.dtype, s,
+                                                        args.sgd_in_backward)
+    curve = tradeoff(rows[-1]["sizes"], args.batch_size, args.dtype)
+    if args.json:
+        print(json.dumps({"rows": rows, "tradeoff": [{"activation_bytes": b, "extra_flop_fraction": e}
+                                                     for b, e in curve]}, indent=2))
+    else:
+        _print_analysis(args, rows, names, curve)
+    if args.out:
+        _plot_analysis(args, rows, curve)
+    return 0
+
+
+def _print_analysis(args, rows, names, curve):
+    print(f"peak MiB of a training step, [{args.n_in}] + [{args.width}]*H + [{args.n_out}], batch "
+          f"{args.batch_size}, {args.dtype}: planned (memray-measured where H is in --measure)")
+    print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names))
+    for r in rows:
+        cells = []
+        for n in names:
+            if r[n] is None:
+                cells.append(f"{'-':>22}")
+                continue
+            got = r["measured"].get(n)
+            text = f"{r[n]['total'] / 2**20:.2f}" + (f" ({got / 2**20:.2f})" if got else "")
+            cells.append(f"{text:>22}")
+        print(f"{r['hidden_layers']:>4} " + " ".join(cells))
+    print("plain activations grow linearly with H; the formulas are in fastckpt.planner.curves")
+    print(f"\nbudget trade-off for H = {rows[-1]['hidden_layers']}: activation MiB -> extra FLOPs "
+          "(% of a plain step)")
+    for nbytes, extra in _thin(curve, 12):
+        print(f"  {nbytes / 2**20:10.2f} MiB  {100 * extra:7.1f}%")
+
+
+def _plot_analysis(args, rows, curve):
+    os.makedirs(args.out, exist_ok=True)
+    depth_png = plot_depth(rows, os.path.join(args.out, "memory_vs_depth.png"),
+                                  title=f"[{args.n_in}] + [{args.width}]*H + [{args.n_out}], "
+                                        f"batch {args.batch_size}, {args.dtype}")
+    marks = []
+    for s in args.strategies:
+        try:
+            p = make_plan(rows[-1]["sizes"], args.batch_size, args.dtype, s)
+        except ValueError:
+            continue
+        marks.append((str(s), p.bytes()["activation_memory"], p.extra_flop_fraction))
+    curve_png = plot_tradeoff(curve, os.path.join(args.out, "budget_tradeoff.png"), marks=marks,
+                                     title=f"H = {rows[-1]['hidden_layers']}, batch {args.batch_size}, {args.dtype}")
+    print(f"\nwrote {depth_png} and {curve_png}", file=sys.stderr if args.json else sys.stdout)
+
+
+def _thin(points, n):
+    """About ``n`` points of a long curve, ends included."""
+    if len(points) <= n:
+        return points
+    keep = sorted(set(np.linspace(0, len(points) - 1, n).round().astype(int)))
+    return [points[k] for k in keep]
+
+
+# -- profile ----------------------------------------------------------------------------------
+def profile(args):
+    import memray
+    (x_train, y_train), _ = load_data(args.data, args.sizes)
+    make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
+    x, y = x_train[:args.batch_size], y_train[:args.batch_size]
+    NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype).update_mini_batch(x, y, 0.0)
+    os.makedirs(args.out, exist_ok=True)
+    html = os.path.join(args.out, "memray-flamegraph.html")
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = os.path.join(tmp, "profile.bin")
+        with memray.Tracker(capture, native_traces=args.native):
+            net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
+            for _ in range(args.steps):
+                net.update_mini_batch(x, y, args.eta)
+        peak = memray.FileReader(capture).metadata.peak_memory
+        proc = subprocess.run([sys.executable, "-m", "memray", "flamegraph", "-f", "-o", html, capture],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"memray flamegraph failed: {proc.stderr.strip().splitlines()[-1]}")
+        pictures = write_peak_picture(capture, os.path.join(args.out, "memory-peak"),
+                                      title=f"{args.sizes}, {args.strategy}, batch {args.batch_size}, "
+                                            f"{args.steps} steps")
+    predicted = net.plan(args.batch_size).bytes()["total"]
+    print(f"memray flamegraph of building {args.sizes} with {args.strategy} and {args.steps} training steps: {html}")
+    print(f"where the peak goes, as pictures: {pictures[0]} and {pictures[1]}")
+    print("the HTML needs a browser with internet access (it loads its scripts from a CDN); "
+          "the PNG and SVG open offline")
+    print(f"peak {peak / 2**20:.3f} MiB measured, {predicted / 2**20:.3f} MiB planned")
+    return 0

@@ -1,0 +1,101 @@
+"""The command line's option types, help texts and defaults, each written once."""
+import argparse
+import math
+
+from fastckpt.planner.strategies import parse_bytes, parse_strategies, parse_strategy
+
+from .guard import leave_job
+
+#: ``train``'s settings when neither the command line nor a --resume file gives them
+TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
+                  "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0}
+
+STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
+              "activation memory) or fit(bytes) (a bound on the whole step)")
+MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
+              "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
+              "as --strategy fit(BYTES). "
+              "The process's RSS adds the interpreter, libraries and data (default: off, --strategy decides)")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line and exit 2, as argparse does, without the usage block (and the MPI job's end, if
+        other ranks may wait for this one: :func:`~fastckpt.cli.guard.leave_job`)."""
+        line = f"{self.prog}: error: {message}"
+        leave_job(line, 2)
+        self.exit(2, line + "\n")
+
+
+class Help(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it says it already or has none to say."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        if action.default is False:
+            return f"{text} (default: off)"
+        shown = ",".join(map(str, action.default)) if isinstance(action.default, list) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def sizes(text):
+    try:
+        values = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes must be comma-separated integers, got {text!r}") from None
+    if len(values) < 2 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--sizes needs at least two widths >= 1, got {text!r}")
+    return values
+
+
+def positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def rate(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text!r}")
+    return value
+
+
+def strategy(text):
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def strategies(text):
+    try:
+        return parse_strategies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def depths(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be integers >= 1, got {text!r}")
+    return values
+
+
+def nbytes(text):
+    try:
+        return parse_bytes(text, "BYTES")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("BYTES: ")) from None

@@ -1,0 +1,188 @@
+"""The ``fastckpt`` command line: one function per command adds its options; :mod:`fastckpt.cli.main` runs it."""
+import argparse
+
+from fastckpt._version import __version__
+from fastckpt.planner.strategies import Fit, format_bytes, parse_strategy
+
+from . import options as o
+from .options import MAX_MEMORY, STRATEGIES, TRAIN_DEFAULTS, Help, Parser
+
+DATA_HELP = "the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits"
+
+
+def parser():
+    """The whole command line; ``parser().commands`` lists (name, one line) for a bare ``fastckpt``."""
+    top = Parser(prog="fastckpt", description="Fast MLP training with gradient checkpointing.", formatter_class=Help)
+    top.add_argument("--version", action="version", version=f"fastckpt {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    top.commands = []
+    for name, summary, add, description in COMMANDS:
+        top.commands.append((name, summary))
+        add(sub.add_parser(name, help=summary, description=description or summary, formatter_class=Help))
+    return top
+
+
+def settled(args):
+    """A copy of the parsed ``args`` with ``--max-memory B`` read as ``--strategy fit(B)`` and the
+    command's default strategy filled in (``train``'s waits for its --resume file)."""
+    if not hasattr(args, "max_memory"):
+        return args
+    strategy = args.strategy
+    if args.max_memory is not None:
+        if args.strategy is not None:
+            raise ValueError(f"give --strategy or --max-memory, not both; got --strategy {args.strategy} and "
+                             f"--max-memory {format_bytes(args.max_memory)}")
+        strategy = Fit(args.max_memory)
+    elif args.strategy is None and args.command != "train":
+        strategy = parse_strategy("every_nth(2)")
+    return argparse.Namespace(**dict(vars(args), strategy=strategy))
+
+
+def commands_list(top):
+    """The subcommands with their one-line help, for a bare ``fastckpt``."""
+    lines = ["usage: fastckpt COMMAND [options]   (fastckpt COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<9} {summary}" for name, summary in top.commands]
+    lines += ["", "fastckpt --version prints the version."]
+    return "\n".join(lines)
+
+
+# -- option groups --------------------------------------------------------------------------------
+def _common(p, sizes=True):
+    if sizes:
+        p.add_argument("--sizes", type=o.sizes, default=[784, 40, 30, 10],
+                       help="layer widths, input first, comma-separated")
+    p.add_argument("--batch-size", type=o.positive, default=10, help="samples per mini-batch")
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                   help="precision of parameters and activations")
+
+
+def _strategy(p, default):
+    p.add_argument("--strategy", type=o.strategy, default=None,
+                   help=f"checkpoint strategy: {STRATEGIES} (default: {default})")
+    p.add_argument("--max-memory", type=o.nbytes, default=None, metavar="BYTES", help=MAX_MEMORY)
+
+
+def _json(p):
+    p.add_argument("--json", action="store_true", help="print the results as JSON for scripts")
+
+
+def _sgd_in_backward(p):
+    p.add_argument("--sgd-in-backward", action="store_true",
+                   help="plan for the optimizer in backward (no gradient buffers)")
+
+
+# -- the commands -------------------------------------------------------------------------------
+def _compare(p):
+    _common(p)
+    p.add_argument("--strategies", type=o.strategies, default=None,
+                   help=f"comma-separated strategies to compare with plain, each one of: {STRATEGIES} "
+                        "(default: every_nth(2),sqrt)")
+    p.add_argument("--every", type=o.positive, default=None, metavar="N",
+                   help="shorthand for --strategies every_nth(N),sqrt (default: off)")
+    p.add_argument("--epochs", type=o.positive, default=10, help="passes over the training data")
+    p.add_argument("--eta", type=o.rate, default=3.0, help="SGD learning rate")
+    p.add_argument("--seed", type=int, default=0, help="numpy.random seed of the initial weights")
+    p.add_argument("--data", default=None, help=DATA_HELP + ")")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="also write summary.md and the plots (PNG) in DIR (default: print only)")
+    _json(p)
+
+
+def _plan(p):
+    _common(p)
+    _strategy(p, "every_nth(2)")
+    _sgd_in_backward(p)
+    _json(p)
+
+
+def _analyze(p):
+    _common(p, sizes=False)
+    p.add_argument("--depths", type=o.depths, default=[1, 2, 4, 8, 16, 32, 64], help="hidden layers to plan")
+    p.add_argument("--measure", type=o.depths, default=[1, 4, 16], help="depths also measured with memray")
+    p.add_argument("--width", type=o.positive, default=256, help="units per hidden layer")
+    p.add_argument("--n-in", type=o.positive, default=784, help="input units")
+    p.add_argument("--n-out", type=o.positive, default=10, help="output units")
+    p.add_argument("--strategies", type=o.strategies, default="plain,every_nth(2),sqrt,revolve(4)",
+                   help="comma-separated strategies to plan")
+    _sgd_in_backward(p)
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="also write memory_vs_depth.png and budget_tradeoff.png in DIR (default: print only)")
+    _json(p)
+    p.set_defaults(batch_size=100)
+
+
+def _train(p):
+    def unset(flag, kind, text, key, **kwargs):
+        """An option whose default comes from the --resume file first, then :data:`TRAIN_DEFAULTS`."""
+        value = TRAIN_DEFAULTS[key]
+        shown = ",".join(map(str, value)) if isinstance(value, list) else value
+        p.add_argument(flag, type=kind, default=None, help=f"{text} (default: {shown}, or the --resume file's)",
+                       **kwargs)
+    unset("--sizes", o.sizes, "layer widths, input first, comma-separated", "sizes")
+    unset("--batch-size", o.positive, "samples per mini-batch", "batch_size")
+    p.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                   help=f"precision of parameters and activations (default: {TRAIN_DEFAULTS['dtype']}, or the "
+                        "--resume file's)")
+    _strategy(p, "plain, or the --resume file's")
+    p.add_argument("--epochs", type=o.positive, default=10,
+                   help="epochs in all; with --resume, counting those the file has done")
+    unset("--eta", o.rate, "SGD learning rate", "eta")
+    unset("--seed", int, "numpy.random seed of the initial weights", "seed")
+    p.add_argument("--data", default=None, help=DATA_HELP + ", or the --resume file's)")
+    _train_parallel(p)
+    p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default=None,
+                   help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output) "
+                        f"(default: {TRAIN_DEFAULTS['loss']}, or the --resume file's)")
+    unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
+    p.add_argument("--save", default=None, metavar="FILE",
+                   help="write the net and its training state to FILE (.npz) after every epoch, atomically, so "
+                        "that --resume FILE can go on; the folder must exist and the file must not, unless --force "
+                        "or it is the --resume file (default: not saved)")
+    p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
+    p.add_argument("--resume", default=None, metavar="FILE",
+                   help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
+                        "stopped (one process or --threads; default: start afresh)")
+    _json(p)
+
+
+def _train_parallel(p):
+    p.add_argument("--threads", type=o.positive, default=1, help="worker threads (fastckpt.parallel.DataParallel)")
+    p.add_argument("--parallel-batches", type=o.positive, default=None,
+                   help="mini-batches per update (default: one per thread or rank, or the --resume file's)")
+    p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
+    p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
+                   help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
+                        "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
+    p.add_argument("--micro-batches", type=o.positive, default=4, metavar="M",
+                   help="micro-batches per mini-batch with --pipeline")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe",
+                   help="with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most P "
+                        "micro-batches in flight per stage)")
+    p.add_argument("--partition", type=o.depths, default=None,
+                   help="with --pipeline: layers per stage, e.g. 2,1 (default: balanced predicted time)")
+    p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default="native",
+                   help="with --pipeline: how activations and deltas travel between stages")
+    p.add_argument("--tensor-parallel", action="store_true",
+                   help="tensor (model) parallelism: every layer's units split across the MPI ranks")
+
+
+def _profile(p):
+    _common(p)
+    _strategy(p, "every_nth(2)")
+    p.add_argument("--steps", type=o.positive, default=20, help="training steps recorded")
+    p.add_argument("--eta", type=o.rate, default=3.0, help="SGD learning rate")
+    p.add_argument("--data", default=None, help=DATA_HELP + ")")
+    p.add_argument("--native", action="store_true", help="record native (C) stacks too")
+    p.add_argument("--out", default="fastckpt-profile", metavar="DIR", help="folder for the report")
+
+
+COMMANDS = (  # name, one line, options, description
+    ("compare", "train on MNIST plainly and with checkpointing, and compare", _compare,
+     "Train the same net from the same seed plainly and with checkpoint strategies; print accuracy, ms per update, "
+     "memray peak, planned peak and recompute factor."),
+    ("plan", "print the plan of one training step: kept, recomputed, bytes", _plan, None),
+    ("analyze", "memory against depth, planned and measured, and the budget trade-off", _analyze, None),
+    ("train", "train one net: on one process, on threads, or on MPI ranks (mpiexec); save and resume", _train, None),
+    ("profile", "train under memray: where the peak goes as PNG/SVG (open offline), and memray's flamegraph HTML "
+                "(needs internet)", _profile, None),
+)

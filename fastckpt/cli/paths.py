@@ -1,0 +1,56 @@
+"""The command's files: ``--data``, ``--resume``, ``--out`` and ``--save`` checked before any work.
+
+Each check raises a ValueError naming the flag and the path, so a bad path
+costs a second, not a training run.
+"""
+import os
+import tempfile
+
+from fastckpt.core.files import npz_name
+
+
+def check_paths(args):
+    """Refuse a missing ``--data`` or ``--resume``, an unusable ``--out`` folder or ``--save`` file;
+    create ``--out``."""
+    resume = getattr(args, "resume", None)
+    if resume is not None and not os.path.isfile(resume) and not os.path.isfile(npz_name(resume)):
+        raise ValueError(f"--resume {resume!r}: no such file")
+    data = getattr(args, "data", None)
+    if data is not None and not os.path.exists(data):
+        raise ValueError(f"--data {data!r}: no such file or folder")
+    out = getattr(args, "out", None)
+    if out is not None:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise ValueError(f"--out {out!r}: exists and is not a folder")
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {out!r}: cannot create the folder: {exc.strerror}") from None
+        _probe(out, "--out")
+    save = getattr(args, "save", None)
+    if save is not None and not save.strip():
+        raise ValueError(f"--save {save!r}: name the .npz file to write")
+    if save is not None:
+        target = npz_name(save)
+        folder = os.path.dirname(target) or "."
+        if not os.path.isdir(folder):
+            raise ValueError(f"--save {save!r}: no such folder {folder!r}")
+        if os.path.isdir(save) or os.path.isdir(target):
+            raise ValueError(f"--save {save!r}: is a folder; name the .npz file to write")
+        resume = getattr(args, "resume", None)
+        same = resume is not None and os.path.exists(target) and os.path.samefile(target, npz_name(resume)
+                                                                                   if not os.path.exists(resume)
+                                                                                   else resume)
+        if os.path.exists(target) and not getattr(args, "force", False) and not same:
+            raise ValueError(f"--save {save!r}: {target!r} exists; pass --force to overwrite it")
+        _probe(folder, "--save")
+
+
+def _probe(folder, flag):
+    """Create and remove a file in ``folder``: the one test of writability that also holds for root."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".fastckpt-probe-")
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot write in {folder!r}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)

@@ -1,0 +1,125 @@
+"""``train --save`` and ``--resume``: the training state a saved file carries, and reading it back.
+
+NOTE [ Resuming ]
+The lab's loop has no randomness after the initial draw (mini-batches in
+order), so the parameters at the end of epoch ``k`` and the settings that
+shape an epoch (data, batch size, eta, loss, l2, strategy, dtype) decide the
+rest of the run.  ``--save`` stores them after every epoch with
+``numpy.random``'s state; ``--resume`` restores all of it and runs epochs
+``k .. --epochs - 1``, so the result is the uninterrupted run's bit for bit.
+"""
+import hashlib
+import os
+
+import numpy as np
+
+from fastckpt.nets import load
+from fastckpt.planner.strategies import format_bytes
+
+SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data")
+
+# what a --resume file's training state must hold: (kind, least value)
+STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
+         "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
+
+
+def training_state(run, accuracies, epochs_done, updates_done, n_train, per_update):
+    """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
+    return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
+            "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
+            "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
+            "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
+
+
+def resumed(args, modes):
+    """The net and training state of ``--resume``, checked against ``args``, and the settings it fixes:
+    ``(net, state, saved)``.  ``numpy.random`` is left where the file's run left it."""
+    if modes:
+        raise ValueError(f"--resume goes on on one process or --threads; it does not combine with {modes[0]}")
+    net = load(args.resume)
+    state = net.training_state
+    if state is None:
+        raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
+                         "train --save writes one after every epoch")
+    _check_state(state, args.resume)
+    saved = {"sizes": list(net.sizes), "dtype": net.dtype.name, "strategy": str(net.strategy), "loss": net.loss,
+             "l2": net.l2[0] if len(set(net.l2)) == 1 else list(net.l2), "batch_size": state["batch_size"],
+             "eta": state["eta"], "seed": state["seed"], "data": state.get("data")}
+    for key in SETTINGS:
+        _check_same(args, key, saved[key], state)
+    data = args.data if args.data is not None else saved["data"]
+    if data is not None and fingerprint(data) != state.get("data_sha256"):
+        raise ValueError(f"--resume {args.resume!r} was trained on {data!r}, whose contents have changed since")
+    if state["epochs_done"] >= args.epochs:
+        raise ValueError(f"--epochs {args.epochs}: the --resume file has already trained {state['epochs_done']} "
+                         "epochs; give more epochs in all")
+    per_update = args.parallel_batches
+    if per_update is None and args.threads == 1 and state["parallel_batches"] > 1:
+        per_update = state["parallel_batches"]                    # the file's, as for every other setting
+    if state["parallel_batches"] != (per_update or args.threads):
+        raise ValueError(f"--threads {args.threads} and --parallel-batches {per_update or args.threads} "
+                         f"average {per_update or args.threads} mini-batches per update, but the --resume file's "
+                         f"run averaged {state['parallel_batches']}: give the same")
+    np.random.set_state(state["rng"])
+    return net, state, dict(saved, data=data, parallel_batches=per_update)
+
+
+def _check_same(args, key, saved, state):
+    """Refuse a flag that would change what the --resume file's run fixes."""
+    given = getattr(args, key)
+    flag = "--" + key.replace("_", "-")
+    if key == "data" and given is not None:
+        same = fingerprint(given) == state.get("data_sha256") and saved is not None
+    else:
+        same = given is None or (str(given) if key == "strategy" else given) == saved
+    if not same:
+        if key == "strategy" and args.max_memory is not None:
+            flag, given = "--max-memory", format_bytes(args.max_memory)
+        raise ValueError(f"{flag} {_shown(key, given)} differs from the --resume file's "
+                         f"{_shown(key, saved)}; leave {flag} out to go on with the file's")
+
+
+def _check_state(state, path):
+    """Every field ``train`` reads from a --resume file, of its kind and range, or a ValueError naming the file."""
+    where = f"--resume {path!r}: its training state"
+    for key, (kind, least) in STATE.items():
+        value = state.get(key)
+        ok = type(value) is int or (kind is float and type(value) is float and np.isfinite(value))
+        if not ok or (least is not None and value < least):
+            raise ValueError(f"{where} needs {key} as {'an integer' if kind is int else 'a number'}"
+                             + (f" >= {least}" if least is not None else "") + f", got {value!r}")
+    accuracies = state.get("accuracies")
+    if not isinstance(accuracies, list) or len(accuracies) > state["epochs_done"] \
+            or not all(type(a) in (int, float) and 0 <= a <= 1 for a in accuracies):
+        raise ValueError(f"{where} needs accuracies as a list of at most epochs_done numbers in 0..1, "
+                         f"got {accuracies!r}")
+    for key in ("data", "data_sha256"):
+        if not (state.get(key) is None or isinstance(state.get(key), str)):
+            raise ValueError(f"{where} needs {key} as a string or null, got {state.get(key)!r}")
+    if state.get("rng") is None:
+        raise ValueError(f"{where} lacks numpy.random's state (rng)")
+
+
+def fingerprint(data):
+    """SHA-256 of the data file, or of an IDX folder's files in name order; None for the embedded digits."""
+    if data is None:
+        return None
+    digest = hashlib.sha256()
+    folder = not os.path.isfile(data)
+    files = sorted(os.path.join(data, f) for f in os.listdir(data)) if folder else [data]
+    for name in files:
+        if os.path.isfile(name):
+            if folder:
+                digest.update(os.path.basename(name).encode() + b"\0")
+            with open(name, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+def _shown(key, value):
+    if key == "sizes":
+        return ",".join(map(str, value))
+    if key == "data":
+        return "the embedded MNIST" if value is None else repr(value)
+    return str(value)

@@ -1,0 +1,176 @@
+"""``fastckpt train``: one net on one process, on threads or on MPI ranks; saved after every epoch, resumable.
+
+The parsed arguments are read, never changed: :func:`settle` makes the run's
+:class:`Run` from them, the --resume file and :data:`~fastckpt.cli.options.TRAIN_DEFAULTS`.
+"""
+import json
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fastckpt.nets import NetworkWithCheckpointing
+from fastckpt.nets.io import save_arrays
+from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorParallelTrainer
+from fastckpt.parallel.mpi import launched_ranks
+from fastckpt.planner import parse_strategy
+from fastckpt.planner import plan as make_plan
+
+from .data import load_data
+from .guard import RankGuard
+from .options import TRAIN_DEFAULTS
+from .resume import SETTINGS, fingerprint, resumed, training_state
+
+
+@dataclass(frozen=True)
+class Run:
+    """The settings of one ``train`` run: given on the command line, else the --resume file's, else the default."""
+
+    sizes: list
+    dtype: str
+    strategy: object
+    loss: str
+    l2: object
+    batch_size: int
+    eta: float
+    seed: int
+    data: str | None
+    parallel_batches: int | None
+    data_sha256: str | None = None
+
+
+def settle(args, saved=None):
+    """The :class:`Run` of ``args``; ``saved`` holds the --resume file's settings (already checked against them)."""
+    values = {}
+    for key in SETTINGS:
+        given = getattr(args, key)
+        values[key] = given if given is not None else (saved or {}).get(key, TRAIN_DEFAULTS.get(key))
+    values["strategy"] = parse_strategy(values["strategy"])
+    values["parallel_batches"] = args.parallel_batches if saved is None else saved["parallel_batches"]
+    return Run(**values)
+
+
+def modes_of(args):
+    """The one MPI mode of ``args`` as a list of its flag (empty: one process or threads), checked."""
+    modes = [flag for flag, on in (("--mpi", args.mpi), ("--pipeline", args.pipeline),
+                                   ("--tensor-parallel", args.tensor_parallel)) if on]
+    if len(modes) > 1:
+        raise ValueError(f"train takes one of --mpi, --pipeline and --tensor-parallel, got {' and '.join(modes)}")
+    if modes and args.threads > 1:
+        raise ValueError(f"--threads {args.threads} trains on threads of one process; it does not combine "
+                         f"with {modes[0]}")
+    if not modes and launched_ranks() > 1:
+        raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
+                         "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
+                         "without mpiexec")
+    return modes
+
+
+def train(args):
+    """Train one net (plainly or with a strategy) on one process, on threads, or on MPI ranks."""
+    modes = modes_of(args)
+    net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
+    run = settle(args, saved)
+    guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
+    if args.pipeline and args.pipeline != guard.ranks:
+        raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
+                         f"got {guard.ranks}")
+    (x_train, y_train), test = load_data(run.data, run.sizes)
+    run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
+    if state is not None and state["n_train"] != len(x_train):
+        raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
+                         f"has {len(x_train)}")
+    lead = guard is None or guard.rank == 0
+    done = state["epochs_done"] if state else 0
+    t0 = time.perf_counter()
+    if args.pipeline or args.tensor_parallel:
+        times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead)
+    else:
+        if net is None:
+            make_plan(run.sizes, run.batch_size, run.dtype, run.strategy)
+            np.random.seed(run.seed)
+            net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
+                                           l2=run.l2)
+        times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
+    if lead:
+        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
+    return 0
+
+
+def _model_parallel(args, run, guard, training, test, lead):
+    """Pipeline or tensor parallelism: (update times, accuracies, the workers' description)."""
+    np.random.seed(run.seed)
+    if args.pipeline:
+        trainer = guard.run(PipelineTrainer, run.sizes, args.micro_batches, schedule=args.schedule,
+                            strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
+                            partition=args.partition, transport=args.transport, batch_size=run.batch_size)
+    else:
+        trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
+    _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
+                         verbose=lead and not args.json)
+    workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
+    if args.pipeline:
+        workers.update(pipeline=args.pipeline, micro_batches=args.micro_batches, schedule=args.schedule,
+                       partition=trainer.partition, transport=args.transport,
+                       bubble_fraction=trainer.bubble_fraction())
+    weights, biases = trainer.gather()
+    if lead and args.save:
+        save_arrays(args.save, run.sizes, run.dtype, weights, biases, loss=run.loss, l2=run.l2,
+                    strategy=run.strategy, training=training_state(run, trainer.accuracies, args.epochs,
+                                                                   len(times), len(training[0]), 1))
+    return times, list(trainer.accuracies), workers
+
+
+def _one_net(args, run, net, state, guard, training, test, lead):
+    """One net on one process, on threads or with MPI data parallelism: (times, accuracies, workers)."""
+    before = list(state["accuracies"]) if state else []
+    updates_before = state["updates_done"] if state else 0
+    done = state["epochs_done"] if state else 0
+    epochs = args.epochs - done
+    per_update = run.parallel_batches
+
+    def saved(epoch, updates):
+        """After each epoch: the net and where training stands, for --resume."""
+        if args.save and lead:
+            net.save(args.save, training=training_state(run, before + net.accuracies, epoch + 1,
+                                                        updates_before + updates, len(training[0]),
+                                                        per_update or args.threads))
+    if args.mpi:
+        trainer = MPITrainer(net)
+        per_update = per_update or trainer.ranks
+        _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
+                             parallel_batches=per_update, verbose=lead and not args.json)
+        saved(epochs - 1, len(times))                                # saved once, at the end
+        workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
+                   "bytes_sent_and_received_per_update": trainer.bytes_per_update}
+    elif args.threads > 1 or per_update:
+        with DataParallel(net, threads=args.threads) as dp:
+            _, times = dp.SGD(training, epochs, run.batch_size, run.eta, test_data=test, parallel_batches=per_update,
+                              verbose=not args.json, on_epoch=saved, first_epoch=done)
+        workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
+    else:
+        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=not args.json,
+                           on_epoch=saved, first_epoch=done)
+        workers = {}
+    return times, before + net.accuracies, workers
+
+
+def _report(args, run, state, done, times, accuracies, workers, seconds):
+    """The run's one line (or its JSON)."""
+    result = {"sizes": run.sizes, "strategy": str(run.strategy), "loss": run.loss, "l2": run.l2,
+              "batch_size": run.batch_size, "eta": run.eta, "epochs": args.epochs, "accuracies": accuracies,
+              "updates": len(times), "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
+              "seconds": seconds, **workers}
+    if args.resume:
+        result["resumed_after_epoch"] = done                       # updates and ms_per_update are this run's
+        result["updates_in_all"] = state["updates_done"] + len(times)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epochs"
+          + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
+          + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
+          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
+          + (f", {workers}" if workers else ""))
+    if args.save:
+        print(f"saved to {args.save}" + ("" if args.save.endswith(".npz") else ".npz"))

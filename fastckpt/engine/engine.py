@@ -1,0 +1,185 @@
+"""Runs a plan: the one training step that every network, thread, rank and strategy shares.
+
+The public verbs are :meth:`Engine.gradients` (the batch-mean gradients of
+``(x, y)`` at some :class:`~fastckpt.core.params.Parameters`, into the engine's own
+buffer or one you pass) and :meth:`Engine.sgd` (one SGD step);
+:meth:`Parameters.update <fastckpt.core.params.Parameters.update>` applies a flat
+update.  :class:`~fastckpt.nets.network.Network`, the threads' and MPI's data
+parallelism and pipeline stages use nothing else.
+
+The workspace (activations, deltas, scratch, and the gradients at the top of
+the activations' arena) is allocated once per plan and reused for every step;
+a smaller batch uses leading rows of the same buffers.  A step is one call of
+the kernel ``run_ops`` per run of the plan's ops (a segment); inference
+(:func:`fastckpt.engine.inference.forward`) runs the same forward kernel.
+"""
+import threading
+
+import numpy as np
+
+from fastckpt.core.checks import check_eta, check_finite, check_l2
+from fastckpt.core.layout import layer_views, layout_array, param_layout
+from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, run_ops
+
+from .workspace import Workspace
+
+
+class Engine:
+    """Forward and backward over a plan, for any :class:`~fastckpt.core.params.Parameters` of its sizes and dtype.
+
+    Parameters
+    ----------
+    plan : Plan
+        The schedule, batch size and dtype (:func:`fastckpt.plan`).
+    loss : {"quadratic", "cross_entropy"}, optional
+        Sigmoid output with the quadratic loss, or softmax output with cross-entropy.
+    l2 : float or sequence of float, optional
+        L2 penalty ``0.5 * l2 * ||W||^2`` per layer.
+
+    An engine runs one step at a time: a second thread that calls it while a
+    step runs gets a RuntimeError at once.  Give each thread its own engine.
+    """
+
+    def __init__(self, plan, loss="quadratic", l2=0.0):
+        self.plan = plan
+        self.workspace = Workspace(plan)
+        self.forward_counts = [0] * plan.n_layers
+        self.trace = None                        # set to a list to record (op, layer) events
+        self._counts = np.zeros(plan.n_layers, dtype=np.int64)
+        self._trace = np.full((len(self.workspace.table), 2), -1, dtype=np.int64)
+        self._layout = layout_array(plan.sizes, plan.itemsize)
+        self._sizes = np.array(plan.sizes, dtype=np.int64)
+        self._no_blocks = np.zeros((0, 2), dtype=np.int64)
+        self.loss = check_loss(loss)
+        self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
+        self.l2 = check_l2(l2, plan.n_layers)
+        self.l2_array = np.array(self.l2, dtype=np.float64)
+        self._grad = None                        # gradients outside the arena, made on first need
+        self._busy = threading.Lock()
+
+    # -- public verbs ----------------------------------------------------------------------
+    @property
+    def grad(self):
+        """The flat gradients of the last :meth:`gradients` call, in the parameters' layout.
+
+        They live at the top of the workspace's arena (NOTE [ Gradients in the
+        arena ]); a plan with the optimizer in backward has none there, and the
+        engine makes a buffer of its own the first time gradients are asked for.
+        Only the weight and bias blocks are meaningful: padding holds anything.
+        """
+        if not self.plan.optimizer_in_backward:
+            return self.workspace.gradients()
+        if self._grad is None:
+            self._grad = np.zeros(param_layout(self.plan.sizes, self.plan.itemsize)[1], dtype=self.plan.dtype)
+        return self._grad
+
+    def grad_layers(self):
+        """Per-layer views (n_out, n_in) and (n_out,) of :attr:`grad`."""
+        return layer_views(self.grad, self.plan.sizes)
+
+    def gradients(self, params, x, y, *, out=None, add=False, names=("x", "y")):
+        """The batch-mean gradients of ``(x, y)`` at ``params``; returns the mean loss.
+
+        They are left in :attr:`grad`.  With ``out`` (a flat buffer from
+        :meth:`Parameters.new_buffer`, not the parameters' own nor this
+        engine's) their weight and bias blocks are also written there, or added
+        to what it holds when ``add``.  The engine does not take ``params.lock``:
+        hold it when other threads may change the same parameters.
+        """
+        self._check(params)
+        if out is not None:
+            params.check_buffer(out, "out")
+            if np.may_share_memory(out, params.flat) or np.may_share_memory(out, self.workspace.activations):
+                raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
+        mode = 0 if out is None else 2 if add else 1
+        with self._running():
+            return self._run(params, x, y, names, self.grad, None, out, params.blocks, mode)
+
+    def sgd(self, params, x, y, eta, *, names=("x", "y")):
+        """One SGD step on ``(x, y)``, in place; returns the mean loss.
+
+        With a plan for the optimizer in backward each layer is updated as soon
+        as its gradient is final, else the gradients are computed and then
+        applied all at once (refused whole if a parameter would become NaN or inf).
+        """
+        eta = check_eta(eta)
+        self._check(params)
+        with self._running():
+            if not self.plan.optimizer_in_backward:
+                loss = self._run(params, x, y, names, self.grad, None)
+                params.update(self.grad, eta)
+                return loss
+            return self._run(params, x, y, names, None, eta)
+
+    def penalty(self, weights):
+        """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
+        return l2_penalty(self.l2, weights)
+
+    # -- the step --------------------------------------------------------------------------
+    def _check(self, params):
+        plan = self.plan
+        if tuple(params.sizes) != plan.sizes or params.dtype != plan.dtype:
+            raise ValueError(f"params are for {list(params.sizes)} in {params.dtype.name}, but this engine's plan "
+                             f"is for {list(plan.sizes)} in {plan.dtype.name}")
+
+    def _running(self):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Engine is already running a step in another thread; "
+                               "give each thread its own Engine")
+        return _Release(self._busy)
+
+    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0):
+        """One pass over the plan, a kernel call per run of ops (:attr:`Workspace.runs`).  With
+        ``eta``, each layer's SGD update is applied as soon as its gradient is final (optimizer
+        in backward); else the gradients go to the flat buffer ``grads``, and their ``blocks``
+        are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
+        plan = self.plan
+        xb, yb = self.workspace.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
+        flat = params.flat
+        weights = params.layers()[0]
+        scale = 1.0 / xb.shape[0]
+        penalty = self.penalty(weights)
+        ws, counts, trace = self.workspace, self._counts, self._trace
+        counts[:] = 0
+        trace[:] = -1
+        sgd = eta is not None
+        grads = grads if grads is not None else ws.deltas[:0]
+        if acc is None:
+            acc, blocks = grads, self._no_blocks
+        loss = np.nan
+        for first, (lo, hi) in enumerate(ws.runs):
+            status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
+                                   ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
+                                   self.l2_array, self.softmax, penalty, first == 0, counts, trace,
+                                   acc, acc_mode, blocks)
+            loss = part if not np.isnan(part) else loss
+            if status == BAD_INPUT:
+                check_finite(xb, names[0])
+                check_finite(yb, names[1])
+                raise AssertionError("the step found a NaN or inf in its input that check_finite did not")
+            elif status == BAD_LOSS:
+                raise FloatingPointError(f"the loss is {part} (non-finite); weights left unchanged")
+            elif status >= BAD_UPDATE:
+                layer = status - BAD_UPDATE
+                raise FloatingPointError(
+                    f"the update made layer {layer}'s parameters NaN or inf; with the optimizer in "
+                    f"backward, layers {layer}..{self.plan.n_layers - 1} are already updated")
+        self.forward_counts[:] = counts.tolist()
+        if self.trace is not None:
+            names_of = ("fwd", "loss", "bwd")
+            self.trace.extend((names_of[k], int(layer)) for k, layer in trace if k >= 0)
+        return loss
+
+
+class _Release:
+    """Releases a lock acquired before the ``with`` block, when the block ends."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()

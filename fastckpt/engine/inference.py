@@ -1,0 +1,52 @@
+"""Inference: the forward pass outside training, and accuracy counted in chunks of rows.
+
+Both run the forward kernel that training runs, ``dense_forward_layer``, so
+predictions are bit-identical to the activations a training step computes.
+"""
+import numpy as np
+
+from fastckpt.core.checks import check_finite
+from fastckpt.kernels import dense_forward_layer
+
+EVAL_CHUNK = 4096  # rows per forward pass in evaluate() and predict()
+
+
+def forward_layer(weights, biases, layer, softmax, a, scratch, out):
+    """``out = a[layer + 1]`` from ``a = a[layer]``: a sigmoid layer, or the log-softmax output
+    of a ``softmax`` net's last layer, through the kernel training runs too."""
+    dense_forward_layer(a, weights[layer], biases[layer], softmax and layer == len(weights) - 1, scratch, out)
+
+
+def forward(params, softmax, a, start, end):
+    """``[a, a[start+1], ..., a[end]]`` for ``a = a[start]`` (batch, sizes[start]), in fresh arrays.
+
+    A softmax net's output is given as probabilities (training keeps log-probabilities).
+    """
+    weights, biases = params.layers()
+    scratch = np.empty(max(params.sizes[1:]), dtype=np.float64)
+    outs = [a]
+    for layer in range(start, end):
+        out = np.empty((a.shape[0], params.sizes[layer + 1]), dtype=params.dtype)   # (batch, n_out)
+        forward_layer(weights, biases, layer, softmax, a, scratch, out)
+        outs.append(out)
+        a = out
+    if softmax and end == len(weights) and end > start:
+        np.exp(outs[-1], out=outs[-1])
+    return outs
+
+
+def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_data"):
+    """How many rows of ``x`` (n, n_in) ``predict`` labels as ``labels`` (n,) says, in chunks of rows.
+
+    Each chunk is made C-contiguous in ``dtype`` and checked finite, then
+    ``predict(chunk)`` returns its class indices, or None where another part
+    of the model (a later pipeline stage) counts them.
+    """
+    hits = 0
+    for i in range(0, x.shape[0], chunk):
+        rows = np.ascontiguousarray(x[i:i + chunk], dtype=dtype)
+        check_finite(rows, name)
+        predicted = predict(rows)
+        if predicted is not None:
+            hits += int(np.count_nonzero(predicted == labels[i:i + chunk]))
+    return hits

@@ -1,0 +1,277 @@
+"""Drop-in replacements for the lab's ``Network`` and ``NetworkWithCheckpointing``."""
+import copy
+
+import numpy as np
+
+from fastckpt.core import fileformat
+from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_finite, check_l2, check_sizes
+from fastckpt.core.init import draw_lab, whole
+from fastckpt.core.losses import check_loss
+from fastckpt.core.params import Parameters
+from fastckpt.engine import Engine
+from fastckpt.engine.inference import EVAL_CHUNK, count_correct, forward
+from fastckpt.engine.loop import batch_starts, check_training, run_epochs
+from fastckpt.planner import plan as make_plan
+from fastckpt.planner.strategies import Plain
+
+
+class Network:
+    """A fully connected sigmoid network trained by SGD, as the lab's ``Network``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Units per layer, input first, e.g. ``[784, 40, 30, 10]``.
+    dtype : {numpy.float64, numpy.float32}, optional
+        Precision of parameters and activations.  Parameters are drawn in
+        float64 exactly as the lab does (biases, then weights, with
+        ``np.random.randn``), so the same ``np.random.seed`` gives the same
+        starting network, then cast.
+    optimizer_in_backward : bool, optional
+        Apply each layer's SGD update as soon as its gradient is final
+        (default False): no gradient buffers, so less memory.  An update that
+        would go NaN or inf is then caught at its layer, after the layers
+        above it were updated, and that layer may hold the NaN or inf; the
+        default mode refuses it whole.
+    loss : {"quadratic", "cross_entropy"}, optional
+        ``"quadratic"`` (default, the lab's): sigmoid output and
+        ``0.5 * ||a - y||^2``.  ``"cross_entropy"``: softmax output and
+        ``-sum(y * log p)``; ``feedforward`` then gives probabilities.
+    l2 : float or sequence of float, optional
+        L2 weight penalty ``0.5 * l2 * ||W||^2``, one number for every layer or
+        one per layer (default 0).  Biases carry none.
+
+    Attributes
+    ----------
+    num_layers, sizes : int, list of int
+    weights : sequence of numpy.ndarray
+        ``weights[i]`` has shape (sizes[i+1], sizes[i]).  Each is a view of the
+        net's parameters (:attr:`params`): changing it in place changes the
+        net, and ``net.weights[i] = value`` copies ``value`` in after checking
+        its shape and that it is finite.  A swap ``w[0], w[1] = w[1], w[0]``
+        exchanges the values.
+    biases : sequence of numpy.ndarray
+        ``biases[i]`` has shape (sizes[i+1], 1); the same rules.
+    params : Parameters
+        The one owner of the weights and biases (:mod:`fastckpt.core.params`).
+
+    Notes
+    -----
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give an independent net
+    that trains exactly as the original would.  One net may be used from
+    several threads: each call that reads or writes its parameters
+    (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, a
+    whole ``SGD`` run, ...) holds its lock, so concurrent calls run one after
+    the other, with the result of some sequential order.
+    """
+
+    strategy = Plain()
+    training_state = None            # set by fastckpt.load when the file holds one
+
+    def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+        weights, biases = self.params.layers()
+        blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
+        draw_lab(self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
+
+    @classmethod
+    def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+        """A net with zero parameters, made without drawing from ``numpy.random``: for filling in
+        known values (:func:`fastckpt.load` does)."""
+        self = cls.__new__(cls)
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+        return self
+
+    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2):
+        """Everything but the parameters' values (zeros): shared by ``__init__`` and :meth:`blank`."""
+        sizes = check_sizes(sizes)
+        dtype = check_dtype(dtype)
+        self.loss = check_loss(loss)
+        self.l2 = check_l2(l2, len(sizes) - 1)
+        if not isinstance(optimizer_in_backward, (bool, np.bool_)):
+            raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
+        self.optimizer_in_backward = bool(optimizer_in_backward)
+        self.num_layers = len(sizes)
+        self.sizes = list(sizes)
+        self.params = Parameters(sizes, dtype)
+        self._engine = None
+        self.last_loss = None
+
+    @property
+    def dtype(self):
+        return self.params.dtype
+
+    @property
+    def weights(self):
+        return self.params.weights
+
+    @weights.setter
+    def weights(self, values):
+        self.params.assign_all("weights", values)
+
+    @property
+    def biases(self):
+        return self.params.biases
+
+    @biases.setter
+    def biases(self, values):
+        self.params.assign_all("biases", values)
+
+    # -- copying ----------------------------------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_engine"] = None                           # a workspace is rebuilt on first use
+        return state
+
+    def __copy__(self):
+        return copy.deepcopy(self)
+
+    # -- the schedule -----------------------------------------------------------------------
+    def plan(self, batch_size, *, optimizer_in_backward=None):
+        """The :class:`~fastckpt.planner.plan.Plan` a training step of ``batch_size`` samples follows."""
+        fused = self.optimizer_in_backward if optimizer_in_backward is None else optimizer_in_backward
+        return make_plan(self.sizes, batch_size, self.dtype, self.strategy, optimizer_in_backward=fused)
+
+    def engine(self, batch_size):
+        """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples.
+
+        Made on first need and again when a larger batch comes; a smaller batch
+        uses the leading rows of its workspace.
+        """
+        engine = self._engine
+        if engine is None or engine.plan.batch_size < batch_size:
+            self._engine = None                                # free the old workspace first
+            self._engine = engine = Engine(self.plan(batch_size), self.loss, self.l2)
+        return engine
+
+    def _engine_for(self, x, name):
+        return self.engine(as_batch(x, self.sizes[0], name, "input").shape[0])
+
+    # -- training ---------------------------------------------------------------------------
+    def backprop(self, x_batch, y_batch):
+        """Batch-mean gradients ``(nabla_b, nabla_w)`` in the lab's shapes (fresh arrays).
+
+        ``x_batch`` is (batch, n_in) or the lab's (batch, n_in, 1); ``y_batch`` likewise.
+        """
+        names = ("x_batch", "y_batch")
+        with self.params.lock:
+            engine = self._engine_for(x_batch, names[0])
+            self.last_loss = engine.gradients(self.params, x_batch, y_batch, names=names)
+            gw, gb = engine.grad_layers()
+            return [b.reshape(-1, 1).copy() for b in gb], [w.copy() for w in gw]
+
+    def update_mini_batch(self, x_mini_batch, y_mini_batch, eta):
+        """One SGD step on the batch-mean gradient; parameters are updated in place.
+
+        An update that would make a parameter NaN or inf raises
+        FloatingPointError and leaves the parameters as they were.
+        """
+        eta = check_eta(eta)
+        names = ("x_mini_batch", "y_mini_batch")
+        with self.params.lock:
+            engine = self._engine_for(x_mini_batch, names[0])
+            self.last_loss = engine.sgd(self.params, x_mini_batch, y_mini_batch, eta, names=names)
+
+    def cost_derivative(self, output_activations, y):
+        return output_activations - y
+
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
+            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0):
+        """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
+
+        ``memusage`` is the process RSS (bytes) before each update and
+        ``updatetime`` its duration (s), as in the lab.  Like the lab,
+        ``drop_last=True`` skips the samples after the last full mini-batch (with
+        a warning saying how many); ``drop_last=False`` trains on them too.
+        The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
+        is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
+        every update, and ``on_epoch(epoch, updates_done)`` after every epoch
+        (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
+        epochs from there, for a run that goes on from a saved one.
+        """
+        x_train, y_train, epochs, mini_batch_size, eta = check_training(
+            self, training_data, epochs, mini_batch_size, eta)
+        starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+
+        def update(group):
+            s = group[0]
+            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
+                          on_epoch=on_epoch, first_epoch=first_epoch)
+
+    # -- inference --------------------------------------------------------------------------
+    def _forward(self, a, start, end):
+        with self.params.lock:
+            return forward(self.params, self.loss == "cross_entropy", a, start, end)
+
+    def _as_input(self, a, width, name):
+        """(batch, width) contiguous array in the network's dtype, and how to shape results."""
+        arr = np.asarray(a)
+        if arr.ndim == 1 and arr.shape[0] == width:
+            layout = "vector"
+            arr = arr.reshape(1, width)
+        elif arr.ndim == 2 and arr.shape == (width, 1):
+            layout = "column"
+            arr = arr.reshape(1, width)
+        else:
+            layout = "batch3" if arr.ndim == 3 else "batch"
+        arr = as_batch(arr, width, name, "input" if width == self.sizes[0] else "receiving")
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        check_finite(arr, name)
+        return arr, layout
+
+    @staticmethod
+    def _shape_like(out, layout):
+        if layout == "vector":
+            return out.reshape(-1)
+        if layout == "column":
+            return out.reshape(-1, 1)
+        if layout == "batch3":
+            return out[:, :, None]
+        return out
+
+    def feedforward(self, a):
+        """Network output for one (n_in, 1) column, one (n_in,) vector or a batch."""
+        arr, layout = self._as_input(a, self.sizes[0], "a")
+        return self._shape_like(self._forward(arr, 0, self.num_layers - 1)[-1], layout)
+
+    def predict(self, x):
+        """Class indices: the arg-max output of each sample of a batch, an int for one sample.
+
+        ``x`` is (batch, n_in), the lab's (batch, n_in, 1), one (n_in,) vector
+        or one (n_in, 1) column.
+        """
+        arr, layout = self._as_input(x, self.sizes[0], "x")
+        with self.params.lock:
+            labels = np.concatenate([self._forward(arr[i:i + EVAL_CHUNK], 0, self.num_layers - 1)[-1].argmax(axis=1)
+                                     for i in range(0, arr.shape[0], EVAL_CHUNK)])
+        return int(labels[0]) if layout in ("vector", "column") else labels
+
+    def evaluate(self, x_test_data, y_test_data):
+        """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
+        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
+        y = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
+        with self.params.lock:                                 # every chunk sees the same parameters
+            hits = count_correct(x, y, self.dtype, lambda rows: self._forward(rows, 0, self.num_layers - 1)[-1]
+                                 .argmax(axis=1))
+        return hits / x.shape[0]
+
+    # -- files ------------------------------------------------------------------------------
+    def save(self, path, *, training=None):
+        """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
+
+        The format (versioned, documented in :mod:`fastckpt.core.fileformat`)
+        keeps the sizes, dtype, loss, l2, strategy and optimizer mode with the
+        parameters bit for bit.  ``training``, a dict, is stored beside them
+        (``fastckpt train`` keeps its epoch, update count, accuracies and
+        ``numpy.random`` state there).  Returns the path written.
+        """
+        with self.params.lock:                                  # one consistent set of parameters
+            weights = [np.array(w) for w in self.weights]
+            biases = [np.array(b) for b in self.biases]
+        return fileformat.write(path, self.fields(), weights, biases, training=training)
+
+    def fields(self):
+        """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""
+        return {"sizes": list(self.sizes), "dtype": self.dtype.name, "loss": self.loss, "l2": list(self.l2),
+                "strategy": str(self.strategy), "optimizer_in_backward": self.optimizer_in_backward}

@@ -1,0 +1,106 @@
+"""Which layers each pipeline stage holds: balanced predicted time, within a memory limit, and a stage's bytes."""
+import numpy as np
+
+from fastckpt.core.checks import check_positive_int
+from fastckpt.core.layout import param_layout
+from fastckpt.engine.workspace import workspace_delta_elems
+from fastckpt.planner import plan as make_plan
+from fastckpt.planner.costs import blas_bytes, layer_costs
+
+from .links import SEND_BUFFERS
+from .schedules import in_flight, storage_slots
+from .stage import live_ranges
+from .transport import Codec
+
+
+def balance(costs, stages, fits=None):
+    """Layers per stage: contiguous ranges of ``costs`` whose largest sum is least, stage ``p``'s range
+    ``[lo, hi)`` passing ``fits(p, lo, hi)`` (default: any); ties go to the earliest cut.
+    ValueError when no split fits."""
+    n = len(costs)
+    if stages > n:
+        raise ValueError(f"{stages} stages need at least {stages} layers, the net has {n}")
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for p in range(1, stages + 1):
+        for j in range(p, n - (stages - p) + 1):
+            for i in range(p - 1, j):
+                if best[p - 1][i] == inf or (fits is not None and not fits(p - 1, i, j)):
+                    continue
+                value = max(best[p - 1][i], prefix[j] - prefix[i])
+                if value < best[p][j]:
+                    best[p][j], cut[p][j] = value, i
+    if best[stages][n] == inf:
+        raise ValueError(f"no split of the {n} layers into {stages} stages fits the memory limit")
+    bounds, j = [n], n
+    for p in range(stages, 0, -1):
+        j = cut[p][j]
+        bounds.append(j)
+    bounds.reverse()
+    return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1):
+    """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
+
+    ``rows``: the largest micro-batch; ``order``: the stage's schedule.
+    """
+    dtype = np.dtype(dtype)
+    item = dtype.itemsize
+    sub = tuple(sizes[lo:hi + 1])
+    first, last = lo == 0, hi == len(sizes) - 1
+    p = make_plan(sub, rows, dtype, strategy, blas_threads=threads)
+    live = sum(b - a for a, b in live_ranges(p, loss=last))
+    params = param_layout(sub, item)[1] * item
+    flight = in_flight(order)
+    out_codec = None if last else Codec(transport, dtype, rows, sub[-1])
+    in_codec = None if first else Codec(transport, dtype, rows, sub[0])
+    parts = {
+        "parameters": params,
+        "gradients": params,                                  # their sum over the micro-batches
+        "workspace": p.arena_elems * item,                    # activations, and each micro-batch's gradients
+        "deltas": workspace_delta_elems(sub, rows, not first) * item,
+        "scratch": max(sub[1:]) * 8,
+        "stored_micro_batches": storage_slots(order) * live * item,
+        "stage_inputs": 0 if first else flight * rows * sub[0] * item,
+        "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
+        "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
+        "blas": blas_bytes(sub, rows, threads),
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total):
+    """Layers per stage: ``partition`` checked, or the balanced split of :func:`balance` on the layers'
+    predicted time, each stage within ``memory_limit`` bytes (``stage_total(stage, lo, hi)``) if given."""
+    n_layers = len(sizes) - 1
+    if partition is not None:
+        parts = [check_positive_int(p, "partition[i]") for p in partition]
+        if len(parts) != stages or sum(parts) != n_layers:
+            raise ValueError(f"partition must give the layers of each of the {stages} stages, summing to "
+                             f"{n_layers}, got {list(partition)}")
+        return parts
+    fits = None
+    if memory_limit is not None:
+        limit = check_positive_int(memory_limit, "memory_limit")
+        if batch_size is None:
+            raise ValueError("memory_limit needs batch_size: the memory of a stage depends on it")
+
+        def fits(stage, lo, hi):
+            return stage_total(stage, lo, hi)["total"] <= limit
+    return balance(layer_costs(sizes, batch_size or 1), stages, fits)
+
+
+def check_stages(strategy, sizes, partition):
+    """Refuse a strategy that cannot apply to some stage's layers (``segments(k)`` on fewer than k)."""
+    for stage, n in enumerate(partition):
+        lo = sum(partition[:stage])
+        try:
+            strategy.check(sizes[lo:lo + n + 1])
+        except ValueError as exc:
+            raise ValueError(f"strategy {strategy} does not fit stage {stage} (layers {lo}..{lo + n - 1}): "
+                             f"{exc}") from None

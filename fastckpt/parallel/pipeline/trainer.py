@@ -1,0 +1,300 @@
+"""Pipeline parallelism over MPI: each rank holds a contiguous range of layers, a stage.
+
+A minibatch is split into ``M`` micro-batches.  Stage ``s`` receives each
+micro-batch's activations from stage ``s - 1``, runs its layers forward and
+sends its output on; later it receives the delta of that output from stage
+``s + 1``, runs its backward pass (recomputing inside the stage as its
+strategy says) and sends the delta of its input back.  Gradients are summed
+over the micro-batches and each stage applies one SGD step to its own layers:
+the same update as one process on the whole minibatch, up to the order of
+summation.  Beside this module: ``schedules``, ``stage`` (micro-batches in
+flight), ``links`` (messages), ``partition`` and ``transport``.
+
+NOTE [ Pipeline errors ]
+As for data parallelism (NOTE [ No rank waits forever ] in
+:mod:`fastckpt.parallel.mpi`), an error is either shared or ends the job:
+
+* the settings are compared across ranks when the trainer is made, and the
+  minibatch's shape and eta at every update; a mismatch or a bad value is the
+  same ValueError on every rank;
+* one ``Allreduce`` of three numbers after the backward passes gives every rank
+  the loss and whether the loss or any stage's gradient is NaN or inf; then
+  every rank raises FloatingPointError and no weights change;
+* anything else on one rank (an update refused on that stage alone, MemoryError,
+  SIGINT, an MPI error) prints the rank's error and calls ``MPI_Abort``.
+"""
+import time
+
+import numpy as np
+
+from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
+from fastckpt.core.init import draw_lab, whole
+from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.core.params import Parameters
+from fastckpt.engine.batches import Staging
+from fastckpt.engine.inference import count_correct, forward
+from fastckpt.kernels import BAD_LOSS, all_finite
+from fastckpt.planner import parse_strategy
+from fastckpt.planner import plan as make_plan
+
+from ..mpi import Group, lab_loop
+from .links import Link
+from .partition import check_stages, choose_partition, stage_bytes
+from .schedules import check_schedule, in_flight, schedule, storage_slots
+from .stage import Stage
+from .transport import check_transport
+
+
+class PipelineTrainer:
+    """Train ``sizes`` with its layers split into one stage per rank of ``comm``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        The whole net, input first.
+    micro_batches : int
+        ``M``: each minibatch is split into ``M`` micro-batches (sizes differ by at most one).
+    schedule : {"gpipe", "1f1b"}, optional
+    strategy : str or Strategy, optional
+        Checkpointing inside every stage (e.g. ``"sqrt"``, ``"revolve(2)"``); default ``"plain"``.
+    dtype, loss, l2
+        As for :class:`~fastckpt.nets.network.Network`.
+    comm : mpi4py communicator, optional
+        ``MPI.COMM_WORLD`` by default; rank ``s`` is stage ``s``.
+    partition : sequence of int, optional
+        Layers per stage (summing to ``len(sizes) - 1``).  By default the
+        layers are split so that the stages' predicted time (GEMM FLOPs plus
+        elementwise work, :func:`fastckpt.planner.costs.layer_costs`) is balanced, each
+        within ``memory_limit`` bytes when that is given.
+    transport : {"native", "float16", "bfloat16", "int8"}, optional
+        How activations and deltas travel between stages.
+    memory_limit : int, optional
+        Bytes per rank for the automatic partition (needs ``batch_size``).
+    batch_size : int, optional
+        The minibatch size the workspace and the memory prediction are for;
+        default: that of the first update.
+
+    Every rank makes the trainer after the same ``np.random.seed``; the initial
+    weights are those of ``Network(sizes)`` from that seed, each rank keeping
+    only its own layers.  See NOTE [ Pipeline errors ] for what happens when
+    something goes wrong.
+    """
+
+    def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
+                 loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
+                 batch_size=None):
+        self.group = Group(comm)
+        self.MPI, self.comm = self.group.MPI, self.group.comm
+        self.rank, self.ranks = self.group.rank, self.group.size
+        mine = {"sizes": sizes, "micro_batches": micro_batches, "schedule": schedule, "strategy": strategy,
+                "dtype": dtype, "loss": loss, "l2": l2, "partition": partition, "transport": transport,
+                "memory_limit": memory_limit, "batch_size": batch_size}
+        self.group.agree({k: repr(v) for k, v in mine.items()})
+        self.sizes = list(check_sizes(sizes))
+        n_layers = len(self.sizes) - 1
+        self.micro_batches = check_positive_int(micro_batches, "micro_batches")
+        self.schedule, self.transport = check_schedule(schedule), check_transport(transport)
+        self.loss = check_loss(loss)
+        self.strategy = parse_strategy(strategy)
+        self.dtype = check_dtype(dtype)
+        self.l2 = check_l2(l2, n_layers)
+        self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
+        self.blas_threads = self.group.share_cores()
+        self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
+                                          lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size))
+        check_stages(self.strategy, self.sizes, self.partition)
+        self.lo = sum(self.partition[:self.rank])
+        self.hi = self.lo + self.partition[self.rank]
+        self.stage_sizes = self.sizes[self.lo:self.hi + 1]
+        self.first, self.last = self.rank == 0, self.rank == self.ranks - 1
+        self.params = Parameters(self.stage_sizes, self.dtype)
+        self._draw()
+        self._acc = self.params.new_buffer()
+        self._stage = None
+        self._staging = Staging(0, self.dtype)
+        self.accuracies = []
+        self.last_loss = None
+        self.stats = {"updates": 0, "busy": 0.0, "wall": 0.0, "bytes_sent": 0, "copied_bytes": 0}
+
+    def _draw(self):
+        """The draws of ``Network(sizes)`` in its order (every bias, then every weight), keeping ours."""
+        weights, biases = self.params.layers()
+        blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
+        draw_lab(self.sizes, lambda kind, layer: whole(blocks[kind][layer - self.lo])
+                 if self.lo <= layer < self.hi else None)
+
+    def _rows(self, batch):
+        return -(-batch // self.micro_batches)
+
+    def order(self, stage=None):
+        """This stage's (or ``stage``'s) schedule of passes for one minibatch."""
+        return schedule(self.schedule, self.rank if stage is None else stage, self.ranks, self.micro_batches)
+
+    def predicted_bytes(self, batch_size=None):
+        """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one)."""
+        batch = batch_size or self.batch_size or (self._stage.plan.batch_size * self.micro_batches
+                                                   if self._stage else None)
+        if batch is None:
+            raise ValueError("predicted_bytes needs batch_size (or a first update)")
+        return self._stage_bytes(self.rank, self.lo, self.hi, batch)
+
+    def _stage_bytes(self, stage, lo, hi, batch):
+        """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
+        return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
+                           self.transport, self.blas_threads)
+
+    def _ensure(self, rows):
+        """The stage, its links and buffers, planned for micro-batches of ``rows`` (made once)."""
+        if self._stage is not None and self._stage.plan.batch_size >= rows:
+            return
+        self._stage = None
+        order = self.order()
+        p = make_plan(self.stage_sizes, rows, self.dtype, self.strategy, blas_threads=self.blas_threads)
+        self._stage = Stage(p, first_stage=self.first, last_stage=self.last, softmax=self.loss == "cross_entropy",
+                            l2=self.l2[self.lo:self.hi], slots=storage_slots(order))
+        flight = in_flight(order)
+        self._inputs = [] if self.first else \
+            [np.empty((rows, self.stage_sizes[0]), dtype=self.dtype) for _ in range(flight)]
+        self._up = None if self.first else Link(self.group, self.rank - 1, self.transport, self.dtype, rows,
+                                                self.stage_sizes[0])
+        self._down = None if self.last else Link(self.group, self.rank + 1, self.transport, self.dtype, rows,
+                                                 self.stage_sizes[-1])
+
+    def update_mini_batch(self, x, y, eta):
+        """One SGD step on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
+
+        The minibatch is split into the micro-batches, which flow through the
+        stages in the schedule's order; the gradients are summed over them and
+        every stage updates its own layers.
+        """
+        with self.group.errors() as errors:                  # see NOTE [ Pipeline errors ]
+            errors.shared = (ValueError, TypeError)           # the same on every rank once compared
+            self.group.agree({"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"})
+            eta = check_eta(eta)
+            xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True,
+                                             use=(self.first, self.last))
+            batch = xb.shape[0]
+            if batch < self.micro_batches:
+                raise ValueError(f"a minibatch of {batch} samples cannot make {self.micro_batches} micro-batches")
+            for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
+                if used and not all_finite(arr):
+                    raise ValueError(f"{name} holds NaN or inf")
+            errors.shared = ()
+            status = self._step(xb, yb, batch)
+            total = np.zeros(3)
+            self.comm.Allreduce(status, total, op=self.MPI.SUM)
+            self.last_loss = float(total[1] + total[2])
+            errors.shared = FloatingPointError
+            if total[0]:
+                raise FloatingPointError(f"the loss is {self.last_loss} or a gradient is NaN or inf; "
+                                         "weights left unchanged on every stage")
+            errors.shared = ()
+            self.params.update(self._acc, eta)
+            return self.last_loss
+
+    def _step(self, xb, yb, batch):
+        """Every micro-batch's forward and backward pass on this stage, in the schedule's order.
+        Returns (bad, loss sum, penalty) of this stage, for the Allreduce."""
+        edges = [batch * k // self.micro_batches for k in range(self.micro_batches + 1)]   # sizes differ by <= 1
+        self._ensure(max(b - a for a, b in zip(edges[:-1], edges[1:])))
+        start = time.perf_counter()
+        self._busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
+        inputs, free = {}, list(range(len(self._inputs)))
+        with self.params.lock:
+            for op, k in self.order():
+                lo, hi = edges[k], edges[k + 1]
+                if op == "F":
+                    inputs[k] = self._forward(xb, k, lo, hi, free)
+                    continue
+                x = inputs.pop(k)
+                status, loss = self._backward(x, yb, k, lo, hi, batch, first=backwards == 0)
+                backwards += 1
+                bad = bad or status == BAD_LOSS
+                loss_sum += loss * (hi - lo) / batch if self.last else 0.0
+                if not self.first:
+                    free.append(next(i for i, buf in enumerate(self._inputs) if np.shares_memory(buf, x)))
+            for link in (self._up, self._down):
+                if link is not None:
+                    link.wait()
+        bad = bad or not all_finite(self._acc)
+        penalty = l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
+        stats = self.stats
+        stats["updates"] += 1
+        stats["busy"] += self._busy
+        stats["wall"] += time.perf_counter() - start
+        stats["copied_bytes"] = self._stage.copied_bytes
+        stats["bytes_sent"] = sum(link.sent for link in (self._up, self._down) if link is not None)
+        return np.array([float(bad), loss_sum if self.last else 0.0, penalty])
+
+    def _forward(self, xb, k, lo, hi, free):
+        """Micro-batch ``k``'s forward pass on this stage, its output sent on; returns its stage input."""
+        if self.first:
+            x = xb[lo:hi]
+        else:
+            x = self._inputs[free.pop()][:hi - lo]
+            self._up.recv(x, 2 * k)
+        t0 = time.perf_counter()
+        out = self._stage.forward(self.params.flat, x, k)
+        self._busy += time.perf_counter() - t0
+        if not self.last:
+            self._down.send(out, 2 * k)
+        return x
+
+    def _backward(self, x, yb, k, lo, hi, batch, first):
+        """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss)."""
+        stage = self._stage
+        if not self.last:
+            self._down.recv(stage.output_delta(hi - lo), 2 * k + 1)
+        t0 = time.perf_counter()
+        status, loss = stage.backward(self.params.flat, x, yb[lo:hi] if self.last else None, k, self._acc,
+                                      1.0 / batch, first)
+        self._busy += time.perf_counter() - t0
+        if not self.first:
+            if status == BAD_LOSS:
+                stage.input_delta(hi - lo)[...] = 0.0      # the others' gradients are thrown away
+            self._up.send(stage.input_delta(hi - lo), 2 * k + 1)
+        return status, loss
+
+    @property
+    def bytes_per_update(self):
+        """Bytes this rank sent per update so far (activations and deltas, as encoded)."""
+        return self.stats["bytes_sent"] / max(1, self.stats["updates"])
+
+    def bubble_fraction(self):
+        """The share of the updates' time that the stages spent not computing, averaged over the
+        ranks (a collective: every rank calls it).  A balanced pipeline idles ``(P-1)/(M+P-1)``."""
+        parts = self.comm.allgather((self.stats["busy"], self.stats["wall"]))
+        return float(np.mean([1.0 - busy / wall for busy, wall in parts if wall > 0]))
+
+    def gather(self):
+        """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective)."""
+        with self.params.lock:
+            weights, biases = self.params.layers()
+            pieces = [(self.lo + i, (0, w.shape[0]), (0, w.shape[1]), w.copy(), b.copy())
+                      for i, (w, b) in enumerate(zip(weights, biases))]
+        return self.group.gather_net(self.sizes, pieces)
+
+    def evaluate(self, x_test_data, y_test_data):
+        """Fraction of samples whose arg-max output matches the label, on every rank (same data on each)."""
+        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
+        labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
+        softmax = self.loss == "cross_entropy" and self.last
+
+        def predict(rows):
+            a = rows
+            if not self.first:
+                a = np.empty((rows.shape[0], self.stage_sizes[0]), dtype=self.dtype)
+                self.comm.Recv(a, source=self.rank - 1, tag=3)
+            out = forward(self.params, softmax, a, 0, len(self.stage_sizes) - 1)[-1]
+            if self.last:
+                return out.argmax(axis=1)
+            self.comm.Send(np.ascontiguousarray(out), dest=self.rank + 1, tag=3)
+            return None
+        with self.params.lock:
+            hits = count_correct(x, labels, self.dtype, predict)
+        return self.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
+
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True):
+        """The lab's loop; every rank passes the same data (checked first).  Returns (memusage, updatetime)
+        of this rank; rank 0 prints."""
+        return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, self.params.lock)

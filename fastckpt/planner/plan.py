@@ -1,0 +1,237 @@
+"""A plan: one training step of one net, batch size and dtype, compiled from a strategy before any work.
+
+:func:`plan` asks a :class:`~fastckpt.planner.strategies.Strategy` for its schedule
+tree (:mod:`fastckpt.planner.trees`), walks it into the op list and workspace offsets
+the engine runs, and predicts the step's bytes by part.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastckpt.core.checks import check_dtype, check_positive_int, check_sizes
+from fastckpt.core.layout import grad_bytes, param_layout
+from fastckpt.kernels import blas_threads as current_blas_threads
+
+from .costs import act_bytes, blas_bytes, delta_elems, describe_sizes, forward_flops, state_bytes, step_flops
+from .strategies import parse_strategy
+from .trees import walk
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A schedule compiled for one net, batch size and dtype.
+
+    Two plans are equal (and hash alike) when they are for the same sizes,
+    batch size, dtype, strategy, update mode and BLAS threads and run the same
+    tree: everything else is derived from those.
+
+    Attributes
+    ----------
+    sizes, batch_size, dtype
+        What the plan is for.
+    strategy : Strategy
+        The checked strategy object it was made from; ``str(plan.strategy)``
+        is its spelling, e.g. ``"revolve(4)"``.
+    tree
+        The schedule (see :mod:`fastckpt.planner.trees`).
+    ops : tuple of (str, int)
+        ``("fwd", l)`` computes ``a[l+1]``; ``("loss", L)`` starts the backward
+        pass; ``("bwd", l)`` back-propagates through layer ``l``.  In order.
+    reads, writes : tuple
+        Per op, the workspace offset (elements) of the activation it reads
+        (``None`` for the input) and, for ``fwd``, the one it writes.
+    kept : tuple of int
+        States held when the forward pass ends (the input ``0`` always).
+    forward_counts : numpy.ndarray
+        Read-only: how many times each layer's forward is computed in one training step.
+    workspace_elems : int
+        Size of the activation workspace, in elements of ``dtype``: the peak of
+        kept activations plus recompute buffers.
+    optimizer_in_backward : bool
+        Whether training applies SGD inside the backward pass, with no gradient buffers.
+    blas_threads : int
+        BLAS threads the prediction assumes.
+    arena_elems : int
+        Size of the workspace that holds the activations and, at its top, the
+        gradients (NOTE [ Gradients in the arena ]); equal to ``workspace_elems``
+        with the optimizer in backward.
+    """
+
+    sizes: tuple
+    batch_size: int
+    dtype: np.dtype
+    strategy: object
+    tree: object
+    ops: tuple
+    reads: tuple
+    writes: tuple
+    kept: tuple
+    forward_counts: np.ndarray
+    workspace_elems: int
+    optimizer_in_backward: bool = False
+    blas_threads: int = 1
+    arena_elems: int = 0
+
+    def _key(self):
+        return (self.sizes, self.batch_size, self.dtype, str(self.strategy), self.optimizer_in_backward,
+                self.blas_threads, self.tree)
+
+    def __eq__(self, other):
+        return isinstance(other, Plan) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return (f"Plan({describe_sizes(self.sizes)}, batch_size={self.batch_size}, dtype={self.dtype.name}, "
+                f"strategy={self.strategy}{', optimizer_in_backward=True' if self.optimizer_in_backward else ''})")
+
+    @property
+    def grad_offset(self):
+        """Where the flat gradients start in the arena (elements); they run to its end."""
+        return self.arena_elems - (0 if self.optimizer_in_backward else param_layout(self.sizes, self.itemsize)[1])
+
+    @property
+    def n_layers(self):
+        return len(self.sizes) - 1
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def recompute_order(self):
+        """Layers whose forward runs again during the backward pass, in order."""
+        start = self.ops.index(("loss", self.n_layers))
+        return tuple(layer for kind, layer in self.ops[start:] if kind == "fwd")
+
+    @property
+    def recompute_factor(self):
+        """Forward FLOPs of a step divided by those of one forward pass."""
+        fwd = forward_flops(self.sizes, self.batch_size)
+        return float(np.dot(self.forward_counts, fwd) / fwd.sum())
+
+    @property
+    def extra_flop_fraction(self):
+        """Recomputation FLOPs as a fraction of a plain training step's FLOPs."""
+        fwd = forward_flops(self.sizes, self.batch_size)
+        return float(np.dot(self.forward_counts - 1, fwd) / step_flops(self.sizes, self.batch_size))
+
+    def bytes(self):
+        """Predicted bytes of a network training with this plan, by part and in total.
+
+        ``activation_memory`` is what a ``budget`` bounds: kept activations,
+        recompute buffers and deltas.  ``total`` adds parameters, gradients
+        (none with the optimizer in backward), the float64 scratch row and
+        OpenBLAS's per-call job table when its GEMMs run threaded.
+        ``shared_by_gradients`` (zero or negative) is the activation memory that
+        gradients reuse once backprop has freed it.
+        """
+        s, b, item = self.sizes, self.batch_size, self.itemsize
+        params = param_layout(s, item)[1] * item
+        kept = sum(act_bytes(s, b, item, j) for j in self.kept if j > 0)
+        workspace = self.workspace_elems * item
+        grads = 0 if self.optimizer_in_backward else params
+        parts = {
+            "parameters": params,
+            "gradients": grads,
+            "kept_activations": kept,
+            "recompute_buffers": workspace - kept,
+            "shared_by_gradients": self.arena_elems * item - workspace - grads,
+            "deltas": delta_elems(s, b) * item,
+            "scratch": max(s[1:]) * 8,
+            "blas": blas_bytes(s, b, self.blas_threads),
+        }
+        parts["activation_memory"] = workspace + parts["deltas"]
+        parts["total"] = sum(v for k, v in parts.items() if k != "activation_memory")
+        return parts
+
+    def describe(self):
+        """A few lines for people: what is kept, what is recomputed, and the bytes by part."""
+        counts = self.forward_counts
+        runs = ", ".join(f"{int((counts == k).sum())} layers x{k}" for k in sorted(set(counts.tolist())))
+        order = self.recompute_order
+        lines = [
+            f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
+            f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}",
+            f"kept after the forward pass: {_spans(self.kept)} ({len(self.kept) - 1} activations besides the input)",
+            f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
+            f"forward computations per layer: {runs}",
+            f"extra FLOPs: {100 * self.extra_flop_fraction:.1f}% of a plain step "
+            f"(recompute factor {self.recompute_factor:.3f})",
+            "predicted bytes:",
+        ]
+        for part, n in self.bytes().items():
+            lines.append(f"  {part:<18} {n:>14,d}  {n / 2**20:10.3f} MiB")
+        return "\n".join(lines)
+
+
+def _spans(values, ordered=False):
+    """``0-3 7 9-12``: runs of consecutive integers (in the given order when ``ordered``)."""
+    values = list(values) if ordered else sorted(values)
+    out, start = [], None
+    for k, v in enumerate(values):
+        if start is None:
+            start = v
+        if k + 1 == len(values) or values[k + 1] != v + 1:
+            out.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return " ".join(out)
+
+
+def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
+                 blas_threads=1):
+    """Lay a tree out for one batch size and dtype."""
+    sizes = tuple(int(s) for s in sizes)
+    dtype = np.dtype(dtype)
+    n_layers = len(sizes) - 1
+    w = state_bytes(sizes, batch_size, dtype.itemsize)
+    grads = None if optimizer_in_backward else grad_bytes(sizes, dtype.itemsize)
+    ops, reads, writes, kept, peak, arena = walk(tree, n_layers, w, grads)
+    item = dtype.itemsize
+    reads = tuple(None if r is None else r // item for r in reads)
+    writes = tuple(None if r is None else r // item for r in writes)
+    counts = np.zeros(n_layers, dtype=np.int64)
+    for kind, layer in ops:
+        if kind == "fwd":
+            counts[layer] += 1
+    counts.setflags(write=False)
+    return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
+                counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item)
+
+
+def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
+         blas_threads=None):
+    """The :class:`Plan` of one training step, before any work.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Units per layer, input first.
+    batch_size : int
+        Samples per step; buffers are sized for it.
+    dtype : {numpy.float64, numpy.float32}, optional
+    strategy : Strategy or str, optional
+        ``"plain"``, ``"every_nth(n)"``, ``"segments(k)"``, ``"sqrt"``,
+        ``"revolve(slots)"``, ``"budget(bytes)"``, ``"budget(bytes, once)"`` (a bound on
+        activation memory) or ``"fit(bytes)"`` (a bound on the whole step's ``total``),
+        or the objects of the same names in :mod:`fastckpt.planner.strategies`.
+    optimizer_in_backward : bool, optional
+        Plan for SGD applied inside the backward pass (no gradient buffers).
+    blas_threads : int, optional
+        BLAS threads to plan for; default: what numpy's OpenBLAS uses now.
+
+    Raises
+    ------
+    InfeasiblePlan
+        When a ``budget`` or ``fit`` is below the least any schedule needs; the message
+        and ``minimum_bytes`` give that least.
+    """
+    sizes = check_sizes(sizes)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    dtype = check_dtype(dtype)
+    strategy = parse_strategy(strategy)
+    threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
+    tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads)
+    return compile_plan(sizes, batch_size, dtype, tree, strategy,
+                        optimizer_in_backward=optimizer_in_backward, blas_threads=threads)

@@ -1,0 +1,162 @@
+"""Dynamic programs over schedule trees (see :mod:`fastckpt.planner.trees`).
+
+.. math::
+
+    C(s, t) = \\min_{s < i < t} \\; F(s, i) + C(i, t) + C(s, i), \\qquad C(s, s + 1) = 0
+
+``F(s, i)`` is the forward FLOPs of layers ``s .. i-1``; ``C(i, t)`` runs with
+``a[i]`` held on top of the stack and ``C(s, i)`` after it is dropped.  The
+peak of a split is ``max(R(s, i), w[i] + P(i, t), P(s, i))`` above the stack,
+with ``R`` the forward region.  ``revolve_tree`` bounds the stack depth;
+``multi_front`` and ``once_front`` keep for every sub-chain the Pareto front of
+(exact peak bytes, FLOPs), so a byte budget needs no discretisation.
+
+The trees are the persistent schedules: a kept activation stays until its
+layer is reversed, as in revolve.  Tables are flat arrays of numbers, and the
+winning tree is built only at the end, so planning leaves no garbage behind
+in Python's allocator that would blur a measured peak.
+
+NOTE [ Planning bounds ]
+The tables are filled by compiled loops in ``kernels/schedules.py`` (plain
+Python, same answers, under ``NUMBA_DISABLE_JIT=1``).  With ``n = L + 1`` reverse steps:
+
+* ``revolve_tree`` with ``d < L`` slots: about ``d n^3 / 6`` inner steps and
+  ``(40 + 4 (d + 1)) n^2`` bytes.  A sub-chain of ``m`` steps never holds more
+  than ``m - 1`` states, so ``d >= L`` slots is the unbounded search:
+  ``n^3 / 6`` steps and ``48 n^2`` bytes, whatever ``d`` is.
+* ``multi_front``: at most ``K n^3 / 3`` steps and ``24 n^2 + 80 N`` bytes, where
+  ``K`` is the largest front below the limit and ``N`` the points of all
+  fronts (at most ``K n^2 / 2``).  Every point of a front has its own peak, a
+  sum of state sizes below the limit, so ``K`` grows with the budget.
+* ``once_front``: about ``K n^2 / 2`` steps and ``8 n^2 + 80 N`` bytes, ``N <= K n``.
+
+docs/planning.md has measurements.
+"""
+
+import numpy as np
+
+from fastckpt.kernels import multi_points, once_points, region_table_of, revolve_splits
+
+from .trees import keep_all, suffix_sums
+
+_NO_LIMIT = 2**62                            # bytes above any peak
+
+
+def region_table(w):
+    """``R[s, i]``: bytes above the stack while forwarding a[s] -> a[i] (the largest live pair)."""
+    return region_table_of(np.asarray(w, dtype=np.int64))
+
+
+def _inputs(flops, w):
+    """Prefix sums of ``flops``, int64 ``w`` and the region table, as the compiled searches take them."""
+    prefix = np.concatenate([[0.0], np.cumsum(flops)])
+    w = np.asarray(w, dtype=np.int64)
+    return prefix, w, region_table_of(w)
+
+
+def _build(root, children):
+    """A nested-tuple tree from ``children(key) -> None | (i, right_key, left_key)``, without recursion."""
+    built = {}
+    stack = [root]
+    while stack:
+        key = stack[-1]
+        kids = children(key)
+        if kids is None:
+            built[key] = None
+            stack.pop()
+            continue
+        i, right, left = kids
+        missing = [k for k in (right, left) if k not in built]
+        if missing:
+            stack.extend(missing)
+            continue
+        built[key] = (i, built[right], built[left])
+        stack.pop()
+    return built[root]
+
+
+def revolve_tree(flops, w, slots):
+    """Least-FLOPs tree with stack depth <= slots, ties broken by peak bytes."""
+    prefix, w, regions = _inputs(flops, w)
+    n = len(w)                                           # reverse steps 0 .. L
+    unbounded = slots >= n - 1                           # no tree of n steps holds more than n - 1 states
+    split = revolve_splits(prefix, w, regions, 1 if unbounded else slots, unbounded)
+
+    def children(key):
+        s, t, d = key
+        if t == s + 1:
+            return None
+        i = int(split[d, s, t])
+        return i, (i, t, d if unbounded else d - 1), (s, i, d)
+    return _build((0, n, 1 if unbounded else slots), children)
+
+
+class Front:
+    """Pareto front of one chain: ``peaks`` (bytes) rising, ``costs`` (FLOPs) falling, and their trees."""
+
+    def __init__(self, peaks, costs, tree):
+        self.peaks, self.costs, self._tree = peaks, costs, tree
+
+    def tree(self, k):
+        """The schedule tree of point ``k``."""
+        return self._tree(k)
+
+
+def multi_front(flops, w, limit, grads=None):
+    """Front over all trees of the whole chain; points above ``limit`` bytes (if given) are dropped.
+
+    Peaks only grow going up a tree, so a point dropped for exceeding the limit
+    could never be part of a tree that fits it.  With ``grads`` (bytes per
+    layer) a point's peak is the arena that also holds the gradients written so
+    far, as :func:`~fastckpt.planner.trees.walk` counts it (NOTE [ Gradients in the arena ]).
+    """
+    prefix, w, regions = _inputs(flops, w)
+    cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
+    after = np.array(suffix_sums(grads or [0] * (len(w) - 1)), dtype=np.int64)
+    ints, cost, start, stop = multi_points(prefix, w, regions, after, cap)
+    n = len(w)
+    first, end = start[0, n], stop[0, n]
+
+    def tree(k):
+        def children(g):
+            i = int(ints[g, 1])
+            return None if i < 0 else (i, int(ints[g, 2]), int(ints[g, 3]))
+        return _build(first + k, children)
+    return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
+
+
+def once_front(flops, w, limit):
+    """Front over trees that recompute each layer at most once: checkpoints on the spine,
+    each segment below the last recomputed once with everything inside it kept."""
+    n_layers = len(flops)
+    prefix, w, regions = _inputs(flops, w)
+    cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
+    ints, cost, start, stop = once_points(prefix, w, regions, cap)
+    first, end = start[0], stop[0]
+
+    def tree(k):
+        nodes = []                                       # (s, i) down the spine
+        g = first + k
+        while ints[g, 1] >= 0:
+            nodes.append((int(ints[g, 3]), int(ints[g, 1])))
+            g = ints[g, 2]
+        t = keep_all(nodes[-1][1], n_layers + 1) if nodes else keep_all(0, n_layers + 1)
+        for s, i in reversed(nodes):
+            t = (i, t, keep_all(s, i))
+        return t
+    return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
+
+
+def least_peak(search, flops, w, **grads):
+    """The least peak of any tree ``search`` (:func:`multi_front` or :func:`once_front`) covers.
+
+    It is the first point of the front without a limit, found under doubling
+    limits so that no front holds points much above it.  ``grads=`` is passed
+    on to :func:`multi_front`.
+    """
+    limit = 2 * int(np.max(region_table(w)))            # every tree forwards through the widest pair
+    while True:
+        front = search(flops, w, limit, **grads)
+        if front.peaks:
+            return front.peaks[0]
+        limit *= 2
