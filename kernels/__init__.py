@@ -11,7 +11,7 @@ here, never from the modules that define them.
 """
 from ._jit import KernelCacheWarning
 from .activations import bias_log_softmax, bias_sigmoid
-from .blas import NO_TRANS, TRANS, blas_threads, set_blas_threads
+from .blas import NO_TRANS, TRANS, blas_core, blas_threads, set_blas_threads
 from .dense import (
     dense_backward,
     dense_backward_sgd,
@@ -36,9 +36,9 @@ from .transport import (
 
 __all__ = [
     "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "NONFINITE", "NO_TRANS", "OK", "OVERFLOW", "TRANS",
-    "accumulate", "all_finite", "bfloat16_encode", "bias_log_softmax", "bias_sigmoid", "blas_threads", "copy_finite",
-    "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward", "dense_forward_layer",
-    "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode", "multi_points",
-    "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops", "set_blas_threads",
-    "sgd_step", "sum_squares", "table_decode",
+    "accumulate", "all_finite", "bfloat16_encode", "bias_log_softmax", "bias_sigmoid", "blas_core", "blas_threads",
+    "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward",
+    "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode",
+    "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",
+    "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
 ]

@@ -29,11 +29,12 @@ from numba import config, types
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 _CANDIDATE_SYMBOLS = (
-    # (dgemm, sgemm, set_num_threads, get_num_threads)
-    ("scipy_cblas_dgemm64_", "scipy_cblas_sgemm64_",
-     "scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-    ("cblas_dgemm64_", "cblas_sgemm64_", "openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-    ("cblas_dgemm", "cblas_sgemm", "openblas_set_num_threads", "openblas_get_num_threads"),
+    # (dgemm, sgemm, set_num_threads, get_num_threads, get_corename)
+    ("scipy_cblas_dgemm64_", "scipy_cblas_sgemm64_", "scipy_openblas_set_num_threads64_",
+     "scipy_openblas_get_num_threads64_", "scipy_openblas_get_corename64_"),
+    ("cblas_dgemm64_", "cblas_sgemm64_", "openblas_set_num_threads64_", "openblas_get_num_threads64_",
+     "openblas_get_corename64_"),
+    ("cblas_dgemm", "cblas_sgemm", "openblas_set_num_threads", "openblas_get_num_threads", "openblas_get_corename"),
 )
 
 
@@ -67,7 +68,7 @@ def _load():
     )
 
 
-LIBRARY, SYMBOL, (_dgemm, _sgemm, _set_threads, _get_threads) = _load()
+LIBRARY, SYMBOL, (_dgemm, _sgemm, _set_threads, _get_threads, _get_core) = _load()
 for _name, _func in (("fastckpt_cblas_dgemm", _dgemm), ("fastckpt_cblas_sgemm", _sgemm)):
     llvm.add_symbol(_name, ctypes.cast(_func, ctypes.c_void_p).value)
 
@@ -101,11 +102,20 @@ if _set_threads is not None:
     _set_threads.argtypes, _set_threads.restype = [ctypes.c_int64], None
 if _get_threads is not None:
     _get_threads.argtypes, _get_threads.restype = [], ctypes.c_int64
+if _get_core is not None:
+    _get_core.argtypes, _get_core.restype = [], ctypes.c_char_p
 
 
 def blas_threads():
     """Number of threads numpy's BLAS uses (0 if it cannot say)."""
     return int(_get_threads()) if _get_threads is not None else 0
+
+
+def blas_core():
+    """The kernels OpenBLAS chose for this CPU (``"Haswell"``, ``"SkylakeX"``, ...; ``OPENBLAS_CORETYPE``
+    overrides it), or ``"unknown"`` when the library cannot say."""
+    name = _get_core() if _get_core is not None else None
+    return name.decode(errors="replace").strip() if name else "unknown"
 
 
 def set_blas_threads(n):

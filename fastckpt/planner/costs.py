@@ -7,14 +7,10 @@ flat buffer in the layout of :func:`fastckpt.core.layout.param_layout`.
 import numpy as np
 
 from fastckpt.core.layout import ALIGN_BYTES
+from fastckpt.kernels import blas_core
 
-# OpenBLAS runs a GEMM on min(threads, m*n*k / 262144) threads (interface/gemm.c), so
-# on two or more from m*n*k >= 524288; each multi-threaded call mallocs and frees a job
-# table, 512 KiB in numpy's build (seen in memray's native traces, and measured at the
-# threshold).  It is part of a step's peak.
-BLAS_JOB_BYTES = 512 * 1024
-BLAS_THREAD_MNK = 2 * 65536 * 4
-
+BLAS_JOB_BYTES = 512 * 1024      # OpenBLAS's job table: MAX_CPU_NUMBER (64 in numpy's build) job_t entries
+SMALL_KERNEL_CORES = {"SkylakeX", "CooperLake", "SapphireRapids"}   # OpenBLAS cores with small-matrix GEMMs
 
 
 def act_bytes(sizes, batch_size, itemsize, j):
@@ -46,11 +42,54 @@ def delta_elems(sizes, batch_size):
     return batch_size * (odd + even)
 
 
-def blas_bytes(sizes, batch_size, threads):
-    """Transient bytes OpenBLAS mallocs inside a step's GEMMs (its threaded job table)."""
-    if threads <= 1:
-        return 0
-    threaded = any(batch_size * i * o >= BLAS_THREAD_MNK for i, o in zip(sizes[:-1], sizes[1:]))
+def gemm_mallocs(m, n, k, trans_a, trans_b, core, threads):
+    """Whether OpenBLAS mallocs its job table in a row-major ``C (m, n) = op(A) op(B)``, inner size ``k``.
+
+    NOTE [ BLAS job table ]
+    OpenBLAS (0.3.x, ``interface/gemm.c``) sees a row-major call as the
+    column-major ``C^T = op(B)^T op(A)^T``: ``M = n``, ``N = m``, ``transa =
+    trans_b``, ``transb = trans_a``.  Then, in order:
+
+    * ``M == 1`` or ``N == 1``: the call is a GEMV, which allocates nothing;
+    * on the SkylakeX kernels (also chosen for Cooper Lake and Sapphire
+      Rapids) a small-matrix kernel takes every call with ``M N K <= 10^6``,
+      except ``transa and not transb`` with ``M N > 1200`` or ``K < 32``, and
+      allocates nothing; the Haswell kernels (also chosen for AMD Zen) have none;
+    * otherwise it runs on ``min(threads, M N K / 262144)`` threads, and from
+      two threads (``M N K >= 524288``) it mallocs and frees the job table.
+
+    float32 and float64, any alpha and beta, alike.  Checked against memray
+    on 3,780 calls per core type (``tests/test_blas_model.py`` repeats a
+    sample under every ``OPENBLAS_CORETYPE`` the machine can run).
+    """
+    if threads < 2:
+        return False
+    big_m, big_n, ta = n, m, trans_b
+    if big_m == 1 or big_n == 1:
+        return False
+    mnk = big_m * big_n * k
+    if core in SMALL_KERNEL_CORES and mnk <= 10**6 and not (ta and not trans_a and (big_m * big_n > 1200 or k < 32)):
+        return False
+    return mnk >= 2 * 262144
+
+
+def step_gemms(sizes, batch_size, input_delta=False):
+    """``(m, n, k, trans_a, trans_b)`` of every GEMM a training step calls: each layer's forward,
+    weight gradient and (above layer 0, or at it with ``input_delta``) the delta below."""
+    gemms = []
+    for layer, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        gemms.append((batch_size, n_out, n_in, False, True))            # a_out = a_in @ w.T
+        gemms.append((n_out, n_in, batch_size, True, False))            # grad_w = dz_out.T @ a_in
+        if layer or input_delta:
+            gemms.append((batch_size, n_in, n_out, False, False))       # dz_in = dz_out @ w
+    return gemms
+
+
+def blas_bytes(sizes, batch_size, threads, core=None, input_delta=False):
+    """Transient bytes the BLAS mallocs inside a step's GEMMs: OpenBLAS's job table if any GEMM of the
+    step runs threaded (NOTE [ BLAS job table ]).  ``core``: the BLAS core type, default the running one."""
+    core = blas_core() if core is None else core
+    threaded = any(gemm_mallocs(*g, core, threads) for g in step_gemms(sizes, batch_size, input_delta))
     return BLAS_JOB_BYTES if threaded else 0
 
 

@@ -68,7 +68,7 @@ def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native",
         "stage_inputs": 0 if first else flight * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
-        "blas": blas_bytes(sub, rows, threads),
+        "blas": blas_bytes(sub, rows, threads, input_delta=not first),
     }
     parts["total"] = sum(parts.values())
     return parts
