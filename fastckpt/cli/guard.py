@@ -61,19 +61,21 @@ class RankGuard:
         _GUARD = self
 
     def run(self, train, *args, **kwargs):
-        """``train(*args, **kwargs)``, which raises only errors that every rank raises at once
+        """``train(*args, **kwargs)``, a call of a trainer, which raises only errors that every rank raises at once
         (:meth:`MPITrainer.SGD <fastckpt.parallel.data_parallel.MPITrainer.SGD>`): rank 0 raises it for
         the command line to report, the others exit 0 quietly.  mpiexec's exit status is the OR of the
         ranks', so the job's is rank 0's."""
         try:
-            result = train(*args, **kwargs)
+            return train(*args, **kwargs)
         except Exception:
             self.pending = False
             if self.rank == 0:
                 raise
             raise SystemExit(0) from None
+
+    def finish(self):
+        """Training ended on every rank: from here this rank may leave on its own."""
         self.pending = False
-        return result
 
     def _at_exit(self):
         if self.pending and self.ranks > 1:

@@ -92,6 +92,8 @@ def train(args):
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
                                            l2=run.l2)
         times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
+    if guard is not None:
+        guard.finish()
     if lead:
         _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
     return 0
@@ -136,7 +138,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
                                                         updates_before + updates, len(training[0]),
                                                         per_update or args.threads))
     if args.mpi:
-        trainer = MPITrainer(net)
+        trainer = guard.run(MPITrainer, net)
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
                              parallel_batches=per_update, verbose=lead and not args.json)

@@ -24,6 +24,8 @@ from fastckpt.nets import Network
 
 from .mpi import Group, lab_loop
 
+MODE = "data parallel (--mpi)"
+
 
 class MPITrainer:
     """Train ``net`` with one minibatch per rank and an all-reduced gradient per update.
@@ -43,8 +45,9 @@ class MPITrainer:
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
-        self.blas_threads = self.group.share_cores()
         self.net = net
+        self.group.agree(dict(self._net_settings(), mode=MODE))      # the first collective of every trainer
+        self.blas_threads = self.group.share_cores()
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
         self._total = net.params.new_buffer() if self.rank == 0 else None
         self._local = net.params.new_buffer()
@@ -75,6 +78,13 @@ class MPITrainer:
                 errors.shared = FloatingPointError    # same gradient and weights everywhere: refused on all or none
                 net.params.update(local, eta / (self.ranks * len(xs)))
 
+    def _net_settings(self):
+        """What must be the same on every rank: the net and its weights (a digest)."""
+        net = self.net
+        return {"sizes": net.sizes, "dtype": net.dtype.name, "strategy": net.strategy, "loss": net.loss,
+                "l2": list(net.l2), "optimizer_in_backward": net.optimizer_in_backward,
+                "initial weights": "sha256 " + hashlib.sha256(net.params.flat).hexdigest()[:16]}
+
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True):
         """The lab's loop with ``parallel_batches`` minibatches per update (default: one per rank).
@@ -98,9 +108,6 @@ class MPITrainer:
             return [[(u * per_update + k) * mini_batch_size for k in range(self.rank, per_update, self.ranks)]
                     for u in range(batches // per_update)]       # whole groups only: every rank takes part
 
-        settings = {"sizes": net.sizes, "dtype": net.dtype.name, "strategy": net.strategy, "loss": net.loss,
-                    "l2": list(net.l2), "optimizer_in_backward": net.optimizer_in_backward,
-                    "parallel_batches": parallel_batches or self.ranks,
-                    "initial weights": "sha256 " + hashlib.sha256(net.params.flat).hexdigest()[:16]}
+        settings = dict(self._net_settings(), parallel_batches=parallel_batches or self.ranks)
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,
                         groups=groups, settings=settings, model=net)

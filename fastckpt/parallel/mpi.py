@@ -88,6 +88,18 @@ class Group:
             raise ValueError(f"{what} refused on " + "; ".join(failed))
         check_same_settings(everyone)
 
+    def minibatch(self, check, x, y, eta):
+        """``check(x, y, eta)`` on this rank (the minibatch as this rank uses it), then agreed: every rank
+        raises the same ValueError if the shapes or eta differ between ranks, or if ``check`` raised a
+        ValueError or TypeError on any rank (a NaN in the part of the data only one rank reads, say)."""
+        try:
+            checked = check(x, y, eta)
+        except (ValueError, TypeError) as exc:
+            checked = exc
+        self.agree(checked if isinstance(checked, Exception) else
+                   {"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"}, "the minibatch")
+        return checked
+
     def errors(self):
         """The context of one trainer call: an exception leaving it ends the job (:meth:`abort`) unless
         it is an instance of the context's ``shared`` classes (set as the call goes on), which every
@@ -174,9 +186,19 @@ def describe_data(data, name):
     return f"{' and '.join(parts)}, sha256 {digest.hexdigest()[:16]}"
 
 
+def random_state():
+    """A digest of ``numpy.random``'s state: equal on every rank seeded alike (the initial draws need it)."""
+    state = np.random.get_state()
+    return "sha256 " + hashlib.sha256(state[1].tobytes() + repr(state[2:]).encode()).hexdigest()[:16]
+
+
 def check_same_settings(settings):
-    """Raise ValueError naming each setting whose value differs between ranks; ``settings[r]`` is rank r's dict."""
-    keys = list(dict.fromkeys(key for mine in settings for key in mine))
+    """Raise ValueError naming each setting whose value differs between ranks; ``settings[r]`` is rank r's dict.
+
+    When the ranks run different parallel modes (their ``mode`` settings differ) only that is said: the
+    other settings of two modes are not comparable."""
+    modes = {mine.get("mode") for mine in settings}
+    keys = ["mode"] if len(modes) > 1 else list(dict.fromkeys(key for mine in settings for key in mine))
     differ = []
     for key in keys:
         ranks_of = {}

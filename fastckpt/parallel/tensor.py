@@ -25,8 +25,7 @@ with itemsize ``s``: forward an ``Allreduce`` of (B, n_{l+1}) per row-split laye
 one as wide per column-split layer above one, and a float64 for the L2 penalty.  An ``Allreduce``
 of N bytes counts as a bandwidth-optimal one (ring, Rabenseifner) sends: ``2 (R - 1) / R * N``,
 N on 2 ranks (MPICH's recursive doubling, for small messages on more ranks, sends ``log2(R) N``).
-The lab's [784, 40, 30, 10] at B = 10 on 2 ranks sends 7,200 bytes; data parallelism
-(:class:`~fastckpt.parallel.data_parallel.MPITrainer`) sends its 263,520 bytes of gradients twice.
+The lab's [784, 40, 30, 10] at B = 10 on 2 ranks sends 7,200 bytes; data parallelism sends its 263,520 bytes twice.
 
 NOTE [ Errors on every rank ]
 As in NOTE [ No rank waits forever ] (:mod:`fastckpt.parallel.mpi`), an error is shared (raised
@@ -34,11 +33,10 @@ on every rank at one point) or this rank's alone, which ends the job.
 Shared: the constructor's arguments, checked on each rank and then compared, with the
 ``np.random`` state (the draw needs one seed everywhere); the update's ``x``'s and ``y``'s shapes
 and ``eta``, compared across ranks first, then checked on each; a non-finite loss
-(FloatingPointError, weights unchanged), as output and penalty are complete everywhere.  Alone: anything else, such as an update refused because this rank's slice would
-become NaN or inf (sharing it would cost an ``Allreduce`` per update).  Minibatches of the same
-shapes but different values go undetected (comparing them would cost a digest per update).
+(FloatingPointError, weights unchanged), as output and penalty are complete everywhere.
+Alone: anything else, such as an update refused because this rank's slice would become NaN or
+inf (sharing it would cost an ``Allreduce`` per update).
 """
-import hashlib
 from contextlib import nullcontext
 
 import numpy as np
@@ -70,7 +68,9 @@ from fastckpt.kernels import (
     sgd_step,
 )
 
-from .mpi import Group, lab_loop
+from .mpi import Group, lab_loop, random_state
+
+MODE = "tensor parallel (--tensor-parallel)"
 
 
 class TensorParallelTrainer:
@@ -117,10 +117,8 @@ class TensorParallelTrainer:
             self._split()
         except (ValueError, TypeError) as exc:
             return exc
-        state = np.random.get_state()
-        seed = hashlib.sha256(state[1].tobytes() + repr(state[2:]).encode()).hexdigest()[:16]
-        return {"sizes": self.sizes, "dtype": self.dtype.name, "loss": loss, "l2": list(self.l2),
-                "np.random state (seed every rank alike)": "sha256 " + seed}
+        return {"mode": MODE, "sizes": self.sizes, "dtype": self.dtype.name, "loss": loss, "l2": list(self.l2),
+                "np.random state (seed every rank alike)": random_state()}
 
     def _split(self):
         """Which layers are row-split, and this rank's ``W[r0:r1, c0:c1]``, ``b[r0:r1]`` of each."""
@@ -174,12 +172,8 @@ class TensorParallelTrainer:
         and the same ``eta`` (NOTE [ Errors on every rank ]).
         """
         with self.group.errors() as errors:
-            errors.shared = (ValueError, TypeError)           # same arguments everywhere: refused everywhere
-            self.group.agree({"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"})
-            eta = check_eta(eta)
-            x, y = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
-            for arr, name in ((x, "x"), (y, "y")):
-                check_finite(arr, name)                       # the whole array: the same verdict on every rank
+            errors.shared = (ValueError, TypeError)           # agreed: raised on every rank alike
+            x, y, eta = self.group.minibatch(self._minibatch, x, y, eta)
             self._buffers(x.shape[0])
             errors.shared = ()
             batch = x.shape[0]
@@ -192,6 +186,13 @@ class TensorParallelTrainer:
                 raise FloatingPointError(f"the update would make rank {self.rank}'s parameters NaN or inf")
         self._batch_size, self.last_loss = batch, loss
         return loss
+
+    def _minibatch(self, x, y, eta):
+        """``(x, y, eta)`` checked and staged."""
+        x, y = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
+        for arr, name in ((x, "x"), (y, "y")):
+            check_finite(arr, name)
+        return x, y, check_eta(eta)
 
     def evaluate(self, x_test_data, y_test_data):
         """Fraction of samples whose arg-max output matches the label; every rank passes the same data."""

@@ -23,8 +23,6 @@ As for data parallelism (NOTE [ No rank waits forever ] in
 * anything else on one rank (an update refused on that stage alone, MemoryError,
   SIGINT, an MPI error) prints the rank's error and calls ``MPI_Abort``.
 """
-import time
-
 import numpy as np
 
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
@@ -33,16 +31,17 @@ from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.core.params import Parameters
 from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct, forward
-from fastckpt.kernels import BAD_LOSS, all_finite
+from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 from fastckpt.planner import plan as make_plan
 
-from ..mpi import Group, lab_loop
-from .links import Link
+from ..mpi import Group, lab_loop, random_state
 from .partition import check_stages, choose_partition, stage_bytes
-from .schedules import check_schedule, in_flight, schedule, storage_slots
-from .stage import Stage
+from .runner import StageRunner
+from .schedules import check_schedule, schedule
 from .transport import check_transport
+
+MODE = "pipeline (--pipeline)"
 
 
 class PipelineTrainer:
@@ -86,19 +85,8 @@ class PipelineTrainer:
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
-        mine = {"sizes": sizes, "micro_batches": micro_batches, "schedule": schedule, "strategy": strategy,
-                "dtype": dtype, "loss": loss, "l2": l2, "partition": partition, "transport": transport,
-                "memory_limit": memory_limit, "batch_size": batch_size}
-        self.group.agree({k: repr(v) for k, v in mine.items()})
-        self.sizes = list(check_sizes(sizes))
-        n_layers = len(self.sizes) - 1
-        self.micro_batches = check_positive_int(micro_batches, "micro_batches")
-        self.schedule, self.transport = check_schedule(schedule), check_transport(transport)
-        self.loss = check_loss(loss)
-        self.strategy = parse_strategy(strategy)
-        self.dtype = check_dtype(dtype)
-        self.l2 = check_l2(l2, n_layers)
-        self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
+        self.group.agree(self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
+                                       batch_size, partition, memory_limit), "PipelineTrainer arguments")
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
                                           lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size))
@@ -110,11 +98,28 @@ class PipelineTrainer:
         self.params = Parameters(self.stage_sizes, self.dtype)
         self._draw()
         self._acc = self.params.new_buffer()
-        self._stage = None
+        self._runner = None
         self._staging = Staging(0, self.dtype)
         self.accuracies = []
         self.last_loss = None
         self.stats = {"updates": 0, "busy": 0.0, "wall": 0.0, "bytes_sent": 0, "copied_bytes": 0}
+
+    def _checked(self, sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport, batch_size, *limits):
+        """The arguments checked on this rank: the settings every rank must share (the first collective
+        of every trainer compares them, with the mode), or the error."""
+        try:
+            self.sizes = list(check_sizes(sizes))
+            self.micro_batches = check_positive_int(micro_batches, "micro_batches")
+            self.schedule, self.transport = check_schedule(schedule), check_transport(transport)
+            self.loss, self.strategy = check_loss(loss), parse_strategy(strategy)
+            self.dtype, self.l2 = check_dtype(dtype), check_l2(l2, len(self.sizes) - 1)
+            self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
+        except (ValueError, TypeError) as exc:
+            return exc
+        return {"mode": MODE, "sizes": self.sizes, "micro_batches": self.micro_batches, "schedule": schedule,
+                "transport": transport, "loss": loss, "strategy": self.strategy, "dtype": self.dtype.name,
+                "l2": list(self.l2), "batch_size": self.batch_size, "partition and memory_limit": repr(limits),
+                "np.random state (seed every rank alike)": random_state()}
 
     def _draw(self):
         """The draws of ``Network(sizes)`` in its order (every bias, then every weight), keeping ours."""
@@ -132,8 +137,7 @@ class PipelineTrainer:
 
     def predicted_bytes(self, batch_size=None):
         """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one)."""
-        batch = batch_size or self.batch_size or (self._stage.plan.batch_size * self.micro_batches
-                                                   if self._stage else None)
+        batch = batch_size or self.batch_size or (self._runner.rows * self.micro_batches if self._runner else None)
         if batch is None:
             raise ValueError("predicted_bytes needs batch_size (or a first update)")
         return self._stage_bytes(self.rank, self.lo, self.hi, batch)
@@ -143,23 +147,6 @@ class PipelineTrainer:
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
                            self.transport, self.blas_threads)
 
-    def _ensure(self, rows):
-        """The stage, its links and buffers, planned for micro-batches of ``rows`` (made once)."""
-        if self._stage is not None and self._stage.plan.batch_size >= rows:
-            return
-        self._stage = None
-        order = self.order()
-        p = make_plan(self.stage_sizes, rows, self.dtype, self.strategy, blas_threads=self.blas_threads)
-        self._stage = Stage(p, first_stage=self.first, last_stage=self.last, softmax=self.loss == "cross_entropy",
-                            l2=self.l2[self.lo:self.hi], slots=storage_slots(order))
-        flight = in_flight(order)
-        self._inputs = [] if self.first else \
-            [np.empty((rows, self.stage_sizes[0]), dtype=self.dtype) for _ in range(flight)]
-        self._up = None if self.first else Link(self.group, self.rank - 1, self.transport, self.dtype, rows,
-                                                self.stage_sizes[0])
-        self._down = None if self.last else Link(self.group, self.rank + 1, self.transport, self.dtype, rows,
-                                                 self.stage_sizes[-1])
-
     def update_mini_batch(self, x, y, eta):
         """One SGD step on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
 
@@ -168,17 +155,9 @@ class PipelineTrainer:
         every stage updates its own layers.
         """
         with self.group.errors() as errors:                  # see NOTE [ Pipeline errors ]
-            errors.shared = (ValueError, TypeError)           # the same on every rank once compared
-            self.group.agree({"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"})
-            eta = check_eta(eta)
-            xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True,
-                                             use=(self.first, self.last))
+            errors.shared = (ValueError, TypeError)           # agreed: raised on every rank alike
+            xb, yb, eta = self.group.minibatch(self._minibatch, x, y, eta)
             batch = xb.shape[0]
-            if batch < self.micro_batches:
-                raise ValueError(f"a minibatch of {batch} samples cannot make {self.micro_batches} micro-batches")
-            for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
-                if used and not all_finite(arr):
-                    raise ValueError(f"{name} holds NaN or inf")
             errors.shared = ()
             status = self._step(xb, yb, batch)
             total = np.zeros(3)
@@ -192,68 +171,31 @@ class PipelineTrainer:
             self.params.update(self._acc, eta)
             return self.last_loss
 
+    def _minibatch(self, x, y, eta):
+        """``(x, y, eta)`` checked as this stage uses them (the first reads x, the last y)."""
+        eta = check_eta(eta)
+        xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last))
+        if xb.shape[0] < self.micro_batches:
+            raise ValueError(f"a minibatch of {xb.shape[0]} samples cannot make {self.micro_batches} micro-batches")
+        for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
+            if used and not all_finite(arr):
+                raise ValueError(f"{name} holds NaN or inf")
+        return xb, yb, eta
+
     def _step(self, xb, yb, batch):
-        """Every micro-batch's forward and backward pass on this stage, in the schedule's order.
-        Returns (bad, loss sum, penalty) of this stage, for the Allreduce."""
+        """Every micro-batch's passes on this stage, in the schedule's order; returns (bad, loss sum,
+        penalty) of this stage, for the Allreduce."""
         edges = [batch * k // self.micro_batches for k in range(self.micro_batches + 1)]   # sizes differ by <= 1
-        self._ensure(max(b - a for a, b in zip(edges[:-1], edges[1:])))
-        start = time.perf_counter()
-        self._busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
-        inputs, free = {}, list(range(len(self._inputs)))
+        rows = max(b - a for a, b in zip(edges[:-1], edges[1:]))
+        if self._runner is None or self._runner.rows < rows:
+            self._runner = None                                                # free the old buffers first
+            plan = make_plan(self.stage_sizes, rows, self.dtype, self.strategy, blas_threads=self.blas_threads)
+            self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
-            for op, k in self.order():
-                lo, hi = edges[k], edges[k + 1]
-                if op == "F":
-                    inputs[k] = self._forward(xb, k, lo, hi, free)
-                    continue
-                x = inputs.pop(k)
-                status, loss = self._backward(x, yb, k, lo, hi, batch, first=backwards == 0)
-                backwards += 1
-                bad = bad or status == BAD_LOSS
-                loss_sum += loss * (hi - lo) / batch if self.last else 0.0
-                if not self.first:
-                    free.append(next(i for i, buf in enumerate(self._inputs) if np.shares_memory(buf, x)))
-            for link in (self._up, self._down):
-                if link is not None:
-                    link.wait()
+            bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats)
         bad = bad or not all_finite(self._acc)
         penalty = l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
-        stats = self.stats
-        stats["updates"] += 1
-        stats["busy"] += self._busy
-        stats["wall"] += time.perf_counter() - start
-        stats["copied_bytes"] = self._stage.copied_bytes
-        stats["bytes_sent"] = sum(link.sent for link in (self._up, self._down) if link is not None)
         return np.array([float(bad), loss_sum if self.last else 0.0, penalty])
-
-    def _forward(self, xb, k, lo, hi, free):
-        """Micro-batch ``k``'s forward pass on this stage, its output sent on; returns its stage input."""
-        if self.first:
-            x = xb[lo:hi]
-        else:
-            x = self._inputs[free.pop()][:hi - lo]
-            self._up.recv(x, 2 * k)
-        t0 = time.perf_counter()
-        out = self._stage.forward(self.params.flat, x, k)
-        self._busy += time.perf_counter() - t0
-        if not self.last:
-            self._down.send(out, 2 * k)
-        return x
-
-    def _backward(self, x, yb, k, lo, hi, batch, first):
-        """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss)."""
-        stage = self._stage
-        if not self.last:
-            self._down.recv(stage.output_delta(hi - lo), 2 * k + 1)
-        t0 = time.perf_counter()
-        status, loss = stage.backward(self.params.flat, x, yb[lo:hi] if self.last else None, k, self._acc,
-                                      1.0 / batch, first)
-        self._busy += time.perf_counter() - t0
-        if not self.first:
-            if status == BAD_LOSS:
-                stage.input_delta(hi - lo)[...] = 0.0      # the others' gradients are thrown away
-            self._up.send(stage.input_delta(hi - lo), 2 * k + 1)
-        return status, loss
 
     @property
     def bytes_per_update(self):

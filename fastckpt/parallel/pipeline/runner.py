@@ -1,0 +1,85 @@
+"""One stage's part of a minibatch: its micro-batches' passes in the schedule's order, with the messages."""
+import time
+
+import numpy as np
+
+from fastckpt.kernels import BAD_LOSS
+
+from .links import Link
+from .schedules import in_flight, storage_slots
+from .stage import Stage
+
+
+class StageRunner:
+    """The stage (plan, workspace, stored micro-batches), its links and stage-input buffers, for micro-batches
+    of up to ``plan.batch_size`` rows on one rank of a :class:`~fastckpt.parallel.pipeline.PipelineTrainer`."""
+
+    def __init__(self, trainer, plan, order):
+        self.rows, self.order = plan.batch_size, order
+        self.first, self.last = trainer.first, trainer.last
+        self.stage = Stage(plan, first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
+                           l2=trainer.l2[trainer.lo:trainer.hi], slots=storage_slots(order))
+        width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
+        self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)
+                                             for _ in range(in_flight(order))]
+        group, rank = trainer.group, trainer.rank
+        self.up = None if self.first else Link(group, rank - 1, trainer.transport, dtype, self.rows, width_in)
+        self.down = None if self.last else Link(group, rank + 1, trainer.transport, dtype, self.rows, width_out)
+        self.busy = 0.0
+
+    def run(self, params, acc, xb, yb, edges, stats):
+        """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum goes
+        to ``acc``.  Returns (a loss was not finite, the loss summed over the micro-batches on the last stage)
+        and adds this minibatch's time, busy time and bytes to ``stats``."""
+        start = time.perf_counter()
+        self.busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
+        inputs, free, batch = {}, list(range(len(self.inputs))), edges[-1]
+        for op, k in self.order:
+            lo, hi = edges[k], edges[k + 1]
+            if op == "F":
+                inputs[k] = self._forward(params, xb, k, lo, hi, free)
+                continue
+            x = inputs.pop(k)
+            status, loss = self._backward(params, acc, x, yb, k, lo, hi, batch, first=backwards == 0)
+            backwards += 1
+            bad = bad or status == BAD_LOSS
+            loss_sum += loss * (hi - lo) / batch if self.last else 0.0
+            if not self.first:
+                free.append(next(i for i, buf in enumerate(self.inputs) if np.shares_memory(buf, x)))
+        for link in (self.up, self.down):
+            if link is not None:
+                link.wait()
+        stats["updates"] += 1
+        stats["busy"] += self.busy
+        stats["wall"] += time.perf_counter() - start
+        stats["copied_bytes"] = self.stage.copied_bytes
+        stats["bytes_sent"] = sum(link.sent for link in (self.up, self.down) if link is not None)
+        return bad, loss_sum
+
+    def _forward(self, params, xb, k, lo, hi, free):
+        """Micro-batch ``k``'s forward pass on this stage, its output sent on; returns its stage input."""
+        if self.first:
+            x = xb[lo:hi]
+        else:
+            x = self.inputs[free.pop()][:hi - lo]
+            self.up.recv(x, 2 * k)
+        t0 = time.perf_counter()
+        out = self.stage.forward(params, x, k)
+        self.busy += time.perf_counter() - t0
+        if not self.last:
+            self.down.send(out, 2 * k)
+        return x
+
+    def _backward(self, params, acc, x, yb, k, lo, hi, batch, first):
+        """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss)."""
+        stage = self.stage
+        if not self.last:
+            self.down.recv(stage.output_delta(hi - lo), 2 * k + 1)
+        t0 = time.perf_counter()
+        status, loss = stage.backward(params, x, yb[lo:hi] if self.last else None, k, acc, 1.0 / batch, first)
+        self.busy += time.perf_counter() - t0
+        if not self.first:
+            if status == BAD_LOSS:
+                stage.input_delta(hi - lo)[...] = 0.0      # the others' gradients are thrown away
+            self.up.send(stage.input_delta(hi - lo), 2 * k + 1)
+        return status, loss
