@@ -49,7 +49,8 @@ with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
 
 CASES = {   # (trainer, constructor, rank whose data is spoiled, how, what that rank says)
     "pipeline-x": ("PipelineTrainer", "PipelineTrainer([784, 30, 20, 10], 2)", 0, "x[3, 5] = np.nan", "x holds NaN"),
-    "pipeline-y": ("PipelineTrainer", "PipelineTrainer([784, 30, 20, 10], 2)", 1, "y[3, 5] = np.inf", "y holds NaN or inf"),
+    "pipeline-y": ("PipelineTrainer", "PipelineTrainer([784, 30, 20, 10], 2)", 1, "y[3, 5] = np.inf",
+                   "y holds NaN or inf"),
     "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([784, 30, 20, 10])", 1, "x[0, 0] = np.nan",
                "x contains NaN or inf"),
 }
