@@ -26,8 +26,9 @@ def region_table_of(w):
 
 
 @kernel
-def revolve_splits(prefix, w, regions, slots, unbounded):
-    """``split[d, s, t]`` of the least-(FLOPs, peak) trees, first split on ties, for depths 1 .. slots.
+def revolve_splits(prefix, w, regions, slots, unbounded, max_steps):
+    """``(split, steps)``: ``split[d, s, t]`` of the least-(FLOPs, peak) trees, first split on ties, for
+    depths 1 .. slots, and the inner steps taken.  Past ``max_steps`` it stops, incomplete.
 
     Depth ``d`` needs only depth ``d - 1``, so cost and peak roll over two
     layers.  ``unbounded`` fills one layer whose right children use it too.
@@ -36,6 +37,7 @@ def revolve_splits(prefix, w, regions, slots, unbounded):
     cost = np.full((2, n + 1, n + 1), np.inf)
     peak = np.zeros((2, n + 1, n + 1), dtype=np.int64)
     split = np.zeros((slots + 1, n + 1, n + 1), dtype=np.int32)
+    steps = 0
     for s in range(n):
         cost[0, s, s + 1] = 0.0
         cost[1, s, s + 1] = 0.0
@@ -43,6 +45,9 @@ def revolve_splits(prefix, w, regions, slots, unbounded):
         cur = d % 2
         prev = cur if unbounded else 1 - cur
         for length in range(2, n + 1):
+            steps += (n - length + 1) * (length - 1)
+            if steps > max_steps:
+                return split, steps
             for s in range(n - length + 1):
                 t = s + length
                 best_c, best_p, best_i = np.inf, 0, 0
@@ -56,7 +61,7 @@ def revolve_splits(prefix, w, regions, slots, unbounded):
                 cost[cur, s, t] = best_c
                 peak[cur, s, t] = best_p
                 split[d, s, t] = best_i
-    return split
+    return split, steps
 
 
 @kernel
@@ -120,7 +125,7 @@ def merge_front(a_ints, a_cost, na, b_ints, b_cost, nb, out_ints, out_cost):
 
 
 @kernel
-def multi_points(prefix, w, regions, after, cap):
+def multi_points(prefix, w, regions, after, cap, max_steps, max_points):
     """Every sub-chain's front as points: int rows (peak, split, right point, left point), costs,
     and ``start[s, t] .. stop[s, t]``, the points of steps ``s .. t-1``.
 
@@ -128,7 +133,9 @@ def multi_points(prefix, w, regions, after, cap):
     ending at step ``t`` and to the leaf of step ``t`` (the gradients written
     by then; all zero for the activations' peak alone).  A sub-chain's front is
     merged split by split; a split is skipped when a point found already
-    peaks at most its least peak for at most its least cost.
+    peaks at most its least peak for at most its least cost.  The last value
+    returned counts the inner steps; past ``max_steps`` the search stops,
+    incomplete, and past ``max_points`` points it stops and returns -1 steps.
     """
     n = w.shape[0]
     ints = np.full((max(1024, n + 1), 4), -1, dtype=np.int64)
@@ -143,11 +150,15 @@ def multi_points(prefix, w, regions, after, cap):
     front_ints, front_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)   # the sub-chain's front so far
     cand_ints, cand_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)     # one split's points
     out_ints, out_cost = np.empty((64, 4), dtype=np.int64), np.empty(64)
+    steps = 0
     for length in range(2, n + 1):
         for s in range(n - length + 1):
+            if steps > max_steps:
+                return ints[:size], cost[:size], start, stop, steps
             t = s + length
             nf = 0
             for i in range(s + 1, t):
+                steps += 1 + nf
                 region = regions[s, i] + after[t]
                 if region > cap:
                     break                                # regions only widen with i
@@ -186,6 +197,7 @@ def multi_points(prefix, w, regions, after, cap):
                     cand_ints[m, 0], cand_ints[m, 1], cand_ints[m, 2], cand_ints[m, 3] = p, i, r, k
                     cand_cost[m] = base + cost[r] + cost[k]
                     m += 1
+                steps += m
                 if nf + m > out_cost.shape[0]:
                     out_ints, out_cost = grow(out_ints, nf + m), grow(out_cost, nf + m)
                 nf_new = merge_front(front_ints, front_cost, nf, cand_ints, cand_cost, m, out_ints, out_cost)
@@ -199,12 +211,15 @@ def multi_points(prefix, w, regions, after, cap):
             cost[size:size + nf] = front_cost[:nf]
             size += nf
             stop[s, t] = size
-    return ints[:size], cost[:size], start, stop
+            if size > max_points:
+                return ints[:size], cost[:size], start, stop, -1
+    return ints[:size], cost[:size], start, stop, steps
 
 
 @kernel
-def once_points(prefix, w, regions, cap):
-    """The fronts of the spines from each ``a[s]``, as :func:`multi_points` stores them (left = ``s``)."""
+def once_points(prefix, w, regions, cap, max_steps, max_points):
+    """The fronts of the spines from each ``a[s]``, as :func:`multi_points` stores them (left = ``s``),
+    and the inner steps; past ``max_steps`` it stops, incomplete, past ``max_points`` with -1 steps."""
     n_layers = w.shape[0] - 1
     ints = np.full((1024, 4), -1, dtype=np.int64)
     cost = np.zeros(1024)
@@ -216,7 +231,10 @@ def once_points(prefix, w, regions, cap):
     stop[n_layers] = 1
     cand_ints = np.empty((1024, 4), dtype=np.int64)
     cand_cost = np.empty(1024)
+    steps = 0
     for s in range(n_layers - 1, -1, -1):
+        if steps > max_steps:
+            return ints[:size], cost[:size], start, stop, steps
         m = 0
         kept_inside = 0                                  # bytes of a[s+1 .. i-1]
         for i in range(s + 1, n_layers + 1):
@@ -226,6 +244,7 @@ def once_points(prefix, w, regions, cap):
             if floor > cap:
                 break
             recompute = prefix[i - 1] - prefix[s] if i > s + 1 else 0.0
+            steps += 1 + stop[i] - start[i]
             for g in range(start[i], stop[i]):
                 p = max(floor, w[i] + ints[g, 0])
                 if p <= cap:
@@ -235,6 +254,9 @@ def once_points(prefix, w, regions, cap):
                     cand_cost[m] = cost[g] + recompute
                     m += 1
         start[s] = size
+        steps += m * 16                                  # add_front sorts the candidates
         ints, cost, size = add_front(cand_ints, cand_cost, m, ints, cost, size)
         stop[s] = size
-    return ints[:size], cost[:size], start, stop
+        if size > max_points:
+            return ints[:size], cost[:size], start, stop, -1
+    return ints[:size], cost[:size], start, stop, steps

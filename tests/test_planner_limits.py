@@ -3,8 +3,10 @@
 ``_Old`` is the planner before it was compiled (fastckpt 0.1.0, ``search.py``),
 kept here verbatim in substance as the slow reference.
 """
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 from array import array
@@ -242,3 +244,38 @@ def test_the_searches_give_the_same_answers_without_the_jit(rng):
                          capture_output=True, text=True, env=env, check=True).stdout
     m, o = multi_front(flops, w, None), once_front(flops, w, None)
     assert eval(out) == (revolve_tree(flops, w, 2), m.peaks, m.costs, m.tree(0), o.peaks, o.costs, o.tree(0))
+
+
+def test_a_search_past_its_step_limit_stops_and_says_what_to_do_instead(monkeypatch):
+    import fastckpt.planner.search as search
+    monkeypatch.setattr(search, "MAX_STEPS", 1000)
+    sizes = [20] + [16] * 40 + [4]
+    for strategy in ("revolve(3)", "budget(64KiB)", "budget(64KiB, once)", "fit(1MiB)"):
+        with pytest.raises(search.PlanTooCostly, match=r"^" + re.escape(strategy) + r": planning .* over 41 layers "
+                           r"takes more than 1e\+03 steps .*use every_nth\(n\), segments\(k\) or sqrt"):
+            fastckpt.plan(sizes, 8, strategy=strategy)
+    assert fastckpt.plan(sizes, 8, strategy="sqrt").recompute_factor > 1               # linear strategies go on
+
+
+@pytest.mark.memory
+def test_a_search_whose_tables_cannot_fit_is_refused_before_it_allocates():
+    from fastckpt.report.measure import memray_peak
+    sizes = [784] + [256] * 100_000 + [10]
+
+    def refused():
+        with pytest.raises(fastckpt.planner.PlanTooCostly, match=r"revolve\(4\): planning revolve\(4\) over 100001 "
+                           r"layers needs 5\d\d\.\d GiB of tables, more than half the"):
+            fastckpt.plan(sizes, 100, strategy="revolve(4)")
+    assert memray_peak(refused) < 4 * 2**20
+    plain = memray_peak(lambda: fastckpt.plan(sizes, 100))          # O(L): the op list, offsets and counts
+    assert plain < 1000 * len(sizes)
+
+
+def test_analyze_at_3000_layers_refuses_the_searches_it_cannot_finish_and_goes_on():
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "analyze", "--depths", "3000", "--measure", "1",
+                           "--strategies", "plain,sqrt,revolve(4)", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    row = got["rows"][0]
+    assert row["plain"]["total"] > 0 and row["sqrt"]["total"] > 0 and row["revolve(4)"] is None
+    assert "takes more than" in row["refused"]["revolve(4)"] and "takes more than" in got["tradeoff_skipped"]

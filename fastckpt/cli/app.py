@@ -60,7 +60,7 @@ def main(argv=None):
     except Exception as exc:
         if os.environ.get("FASTCKPT_DEBUG"):
             raise
-        code, reason = _failure(exc)
+        code, reason = _failure(exc, command)
         if not leave_job(f"{command}: error: {reason}", code):    # other MPI ranks may wait for this one
             _say(f"{command}: error: {reason}")
         return code
@@ -69,14 +69,17 @@ def main(argv=None):
 BUG = "(a bug: please report it; run with FASTCKPT_DEBUG=1 for the traceback)"
 
 
-def _failure(exc):
+SMALLER = {"fastckpt analyze": "--depths, --width or --batch-size"}   # what to shrink when memory runs out
+
+
+def _failure(exc, command="fastckpt"):
     """(exit code, one-line reason) for an exception, or for a compare child's, by the builtin classes it is."""
     child = isinstance(exc, RunFailed)
     kinds = exc.kinds if child else builtin_kinds(exc)
     prefix = f"the {exc.run} run: " if child else ""
     reason = " ".join(str(exc.reason if child else exc).split()) or type(exc).__name__   # one line
     if "MemoryError" in kinds:
-        return 1, f"{prefix}out of memory: {reason}; try a smaller --batch-size or --sizes"
+        return 1, f"{prefix}out of memory: {reason}; try a smaller {SMALLER.get(command, '--batch-size or --sizes')}"
     if "FloatingPointError" in kinds:
         return 1, f"{prefix}{reason}; try a smaller --eta"
     if kinds & {"ValueError", "TypeError", "OSError", "RuntimeError"}:

@@ -8,8 +8,9 @@ import tempfile
 
 import numpy as np
 
+from fastckpt.core.resources import check_fits
 from fastckpt.nets import NetworkWithCheckpointing
-from fastckpt.planner import parse_strategy
+from fastckpt.planner import PlanTooCostly, parse_strategy
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.curves import depth_table, tradeoff
 from fastckpt.report import compare as report
@@ -99,20 +100,24 @@ def analyze(args):
         if row["hidden_layers"] in args.measure:
             for s in args.strategies:
                 if row[str(s)] is not None:
+                    check_fits(row[str(s)]["total"], f"training {row['hidden_layers']} layers with {s}", "--measure")
                     row["measured"][str(s)] = _measured(row["sizes"], args.batch_size, args.dtype, s,
                                                         args.sgd_in_backward)
-    curve = tradeoff(rows[-1]["sizes"], args.batch_size, args.dtype)
+    try:
+        curve, skipped = tradeoff(rows[-1]["sizes"], args.batch_size, args.dtype), None
+    except PlanTooCostly as exc:
+        curve, skipped = [], str(exc)
     if args.json:
         print(json.dumps({"rows": rows, "tradeoff": [{"activation_bytes": b, "extra_flop_fraction": e}
-                                                     for b, e in curve]}, indent=2))
+                                                     for b, e in curve], "tradeoff_skipped": skipped}, indent=2))
     else:
-        _print_analysis(args, rows, names, curve)
+        _print_analysis(args, rows, names, curve, skipped)
     if args.out:
         _plot_analysis(args, rows, curve)
     return 0
 
 
-def _print_analysis(args, rows, names, curve):
+def _print_analysis(args, rows, names, curve, skipped):
     print(f"peak MiB of a training step, [{args.n_in}] + [{args.width}]*H + [{args.n_out}], batch "
           f"{args.batch_size}, {args.dtype}: planned (memray-measured where H is in --measure)")
     print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names))
@@ -127,8 +132,11 @@ def _print_analysis(args, rows, names, curve):
             cells.append(f"{text:>22}")
         print(f"{r['hidden_layers']:>4} " + " ".join(cells))
     print("plain activations grow linearly with H; the formulas are in fastckpt.planner.curves")
+    refused = {reason: None for r in rows for reason in r["refused"].values()}
+    for reason in refused:
+        print(f"- : {reason}")
     print(f"\nbudget trade-off for H = {rows[-1]['hidden_layers']}: activation MiB -> extra FLOPs "
-          "(% of a plain step)")
+          "(% of a plain step)" + (f": skipped: {skipped}" if skipped else ""))
     for nbytes, extra in _thin(curve, 12):
         print(f"  {nbytes / 2**20:10.2f} MiB  {100 * extra:7.1f}%")
 
@@ -138,16 +146,14 @@ def _plot_analysis(args, rows, curve):
     depth_png = plot_depth(rows, os.path.join(args.out, "memory_vs_depth.png"),
                                   title=f"[{args.n_in}] + [{args.width}]*H + [{args.n_out}], "
                                         f"batch {args.batch_size}, {args.dtype}")
-    marks = []
-    for s in args.strategies:
-        try:
-            p = make_plan(rows[-1]["sizes"], args.batch_size, args.dtype, s)
-        except ValueError:
-            continue
-        marks.append((str(s), p.bytes()["activation_memory"], p.extra_flop_fraction))
-    curve_png = plot_tradeoff(curve, os.path.join(args.out, "budget_tradeoff.png"), marks=marks,
-                                     title=f"H = {rows[-1]['hidden_layers']}, batch {args.batch_size}, {args.dtype}")
-    print(f"\nwrote {depth_png} and {curve_png}", file=sys.stderr if args.json else sys.stdout)
+    deepest = rows[-1]
+    marks = [(str(s), deepest[str(s)]["activation_memory"], deepest[str(s)]["extra_flop_fraction"])
+             for s in args.strategies if deepest[str(s)] is not None]
+    wrote = [depth_png]
+    if curve:
+        wrote.append(plot_tradeoff(curve, os.path.join(args.out, "budget_tradeoff.png"), marks=marks,
+                                   title=f"H = {deepest['hidden_layers']}, batch {args.batch_size}, {args.dtype}"))
+    print(f"\nwrote {' and '.join(map(str, wrote))}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _thin(points, n):

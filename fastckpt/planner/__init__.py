@@ -2,6 +2,7 @@
 with its op list, workspace layout and predicted bytes, before any work.  Imports only core and kernels."""
 from . import strategies
 from .plan import Plan, plan
+from .search import PlanTooCostly
 from .strategies import InfeasiblePlan, parse_strategies, parse_strategy
 
-__all__ = ["InfeasiblePlan", "Plan", "parse_strategies", "parse_strategy", "plan", "strategies"]
+__all__ = ["InfeasiblePlan", "Plan", "PlanTooCostly", "parse_strategies", "parse_strategy", "plan", "strategies"]

@@ -32,17 +32,19 @@ def depth_table(depths, *, width=256, n_in=784, n_out=10, batch_size=100, dtype=
 
     Returns one dict per depth: ``hidden_layers``, ``sizes`` and, per strategy,
     its :meth:`Plan.bytes` plus ``extra_flop_fraction`` (``None`` where the
-    strategy does not apply, e.g. ``segments(8)`` on fewer than 8 layers).
+    strategy does not apply, e.g. ``segments(8)`` on fewer than 8 layers, or
+    its search would take too long: ``refused`` says why, per strategy).
     """
     rows = []
     for depth in depths:
         sizes = [n_in] + [width] * int(depth) + [n_out]
-        row = {"hidden_layers": int(depth), "sizes": sizes}
+        row = {"hidden_layers": int(depth), "sizes": sizes, "refused": {}}
         for strategy in strategies:
             try:
                 p = plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
-            except ValueError:
+            except ValueError as exc:
                 row[str(strategy)] = None
+                row["refused"][str(strategy)] = str(exc)
                 continue
             row[str(strategy)] = dict(p.bytes(), extra_flop_fraction=p.extra_flop_fraction)
         rows.append(row)

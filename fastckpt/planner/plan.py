@@ -13,6 +13,7 @@ from fastckpt.core.layout import grad_bytes, param_layout
 from fastckpt.kernels import blas_threads as current_blas_threads
 
 from .costs import act_bytes, blas_bytes, delta_elems, describe_sizes, forward_flops, state_bytes, step_flops
+from .search import PlanTooCostly
 from .strategies import parse_strategy
 from .trees import walk
 
@@ -226,12 +227,18 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     InfeasiblePlan
         When a ``budget`` or ``fit`` is below the least any schedule needs; the message
         and ``minimum_bytes`` give that least.
+    PlanTooCostly
+        When a search (``revolve``, ``budget``, ``fit``) would need more memory or time
+        than planning may take (NOTE [ Planning bounds ] in :mod:`fastckpt.planner.search`).
     """
     sizes = check_sizes(sizes)
     batch_size = check_positive_int(batch_size, "batch_size")
     dtype = check_dtype(dtype)
     strategy = parse_strategy(strategy)
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
-    tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads)
+    try:
+        tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads)
+    except PlanTooCostly as exc:
+        raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy,
                         optimizer_in_backward=optimizer_in_backward, blas_threads=threads)

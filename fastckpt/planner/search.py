@@ -30,14 +30,55 @@ Python, same answers, under ``NUMBA_DISABLE_JIT=1``).  With ``n = L + 1`` revers
   sum of state sizes below the limit, so ``K`` grows with the budget.
 * ``once_front``: about ``K n^2 / 2`` steps and ``8 n^2 + 80 N`` bytes, ``N <= K n``.
 
-docs/planning.md has measurements.
+So a search is refused, with :class:`PlanTooCostly`, before it allocates
+tables larger than half the memory the machine has free, and stopped once it
+has taken :data:`MAX_STEPS` inner steps (2 to 30 s here) or once its fronts
+outgrow half the free memory: planning a few thousand layers never runs for
+minutes or exhausts the machine.  The
+strategies that keep a fixed set of checkpoints (``every_nth``, ``segments``,
+``sqrt``) plan in time and memory linear in the depth.  docs/planning.md has
+measurements.
 """
 
 import numpy as np
 
+from fastckpt.core.resources import free_bytes
 from fastckpt.kernels import multi_points, once_points, region_table_of, revolve_splits
 
 from .trees import keep_all, suffix_sums
+
+MAX_STEPS = 5 * 10**8        # inner steps of one search: 2 to 8 s on the machines measured (docs/planning.md)
+
+
+class PlanTooCostly(ValueError):
+    """A search whose tables or time would exceed what planning may take (NOTE [ Planning bounds ])."""
+
+
+def check_room(what, n, nbytes):
+    """Refuse a search over ``n`` reverse steps whose tables need ``nbytes``, if above half the free memory."""
+    free = free_bytes()
+    if nbytes > free // 2:
+        raise PlanTooCostly(f"planning {what} over {n - 1} layers needs {nbytes / 2**30:.1f} GiB of tables, more "
+                            f"than half the {free / 2**30:.1f} GiB this process can allocate; use every_nth(n), "
+                            "segments(k) or sqrt, which plan any depth, or fewer layers")
+
+
+def max_points():
+    """Front points a search may hold (40 bytes each): half the memory free now."""
+    return free_bytes() // 2 // 40
+
+
+def check_steps(what, n, steps):
+    """Refuse the result of a search that stopped, unfinished: at :data:`MAX_STEPS` inner steps, or (-1)
+    when its fronts outgrew :func:`max_points`."""
+    if steps < 0:
+        raise PlanTooCostly(f"planning {what} over {n - 1} layers needs fronts larger than half the free memory; "
+                            "use a smaller bound, budget(bytes, once), every_nth(n), segments(k) or sqrt")
+    if steps > MAX_STEPS:
+        raise PlanTooCostly(f"planning {what} over {n - 1} layers takes more than {MAX_STEPS:.0e} steps (seconds "
+                            "to tens of seconds); use every_nth(n), segments(k) or sqrt, which plan any depth, or "
+                            "fewer layers")
+
 
 _NO_LIMIT = 2**62                            # bytes above any peak
 
@@ -77,10 +118,13 @@ def _build(root, children):
 
 def revolve_tree(flops, w, slots):
     """Least-FLOPs tree with stack depth <= slots, ties broken by peak bytes."""
-    prefix, w, regions = _inputs(flops, w)
     n = len(w)                                           # reverse steps 0 .. L
     unbounded = slots >= n - 1                           # no tree of n steps holds more than n - 1 states
-    split = revolve_splits(prefix, w, regions, 1 if unbounded else slots, unbounded)
+    depth = 1 if unbounded else slots
+    check_room(f"revolve({slots})", n, (40 + 4 * (depth + 1)) * (n + 1) ** 2)
+    prefix, w, regions = _inputs(flops, w)
+    split, steps = revolve_splits(prefix, w, regions, depth, unbounded, MAX_STEPS)
+    check_steps(f"revolve({slots})", n, steps)
 
     def children(key):
         s, t, d = key
@@ -110,11 +154,13 @@ def multi_front(flops, w, limit, grads=None):
     layer) a point's peak is the arena that also holds the gradients written so
     far, as :func:`~fastckpt.planner.trees.walk` counts it (NOTE [ Gradients in the arena ]).
     """
+    n = len(w)
+    check_room("a search over every schedule", n, 24 * (n + 1) ** 2)
     prefix, w, regions = _inputs(flops, w)
     cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
     after = np.array(suffix_sums(grads or [0] * (len(w) - 1)), dtype=np.int64)
-    ints, cost, start, stop = multi_points(prefix, w, regions, after, cap)
-    n = len(w)
+    ints, cost, start, stop, steps = multi_points(prefix, w, regions, after, cap, MAX_STEPS, max_points())
+    check_steps("a search over every schedule", n, steps)
     first, end = start[0, n], stop[0, n]
 
     def tree(k):
@@ -129,9 +175,11 @@ def once_front(flops, w, limit):
     """Front over trees that recompute each layer at most once: checkpoints on the spine,
     each segment below the last recomputed once with everything inside it kept."""
     n_layers = len(flops)
+    check_room("a search over the recompute-once schedules", n_layers + 1, 8 * (n_layers + 2) ** 2)
     prefix, w, regions = _inputs(flops, w)
     cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
-    ints, cost, start, stop = once_points(prefix, w, regions, cap)
+    ints, cost, start, stop, steps = once_points(prefix, w, regions, cap, MAX_STEPS, max_points())
+    check_steps("a search over the recompute-once schedules", n_layers + 1, steps)
     first, end = start[0], stop[0]
 
     def tree(k):
@@ -154,7 +202,9 @@ def least_peak(search, flops, w, **grads):
     limits so that no front holds points much above it.  ``grads=`` is passed
     on to :func:`multi_front`.
     """
-    limit = 2 * int(np.max(region_table(w)))            # every tree forwards through the widest pair
+    w = [int(v) for v in w]
+    widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
+    limit = 2 * widest                                   # every tree forwards through the widest pair
     while True:
         front = search(flops, w, limit, **grads)
         if front.peaks:

@@ -80,14 +80,14 @@ def walk(tree, n_layers, w, grads=None):
     ops, reads, writes = [], [], []
     kept = None
     peak = arena = 0
-    stack = [(tree, 0, n_layers + 1, 0, None, ())]       # (tree, s, t, top, offset of a[s], held)
+    stack = [(tree, 0, n_layers + 1, 0, None, None)]     # (tree, s, t, top, offset of a[s], held states)
     while stack:
         node, s, t, top, at_s, held = stack.pop()
         if node is None:
             if t != s + 1:
                 raise ValueError(f"a leaf must reverse one step, got steps {s}..{t - 1}")
             if s == n_layers:
-                kept = (0,) + held
+                kept = (0,) + _unlinked(held)
             arena = max(arena, top + after[s])
             ops.append(("loss" if s == n_layers else "bwd", s))
             reads.append(at_s)
@@ -107,8 +107,17 @@ def walk(tree, n_layers, w, grads=None):
             writes.append(dst)
             src = dst
         stack.append((left, s, i, top, at_s, held))
-        stack.append((right, i, t, top + w[i], top, held + (i,)))
+        stack.append((right, i, t, top + w[i], top, (i, held)))     # a linked stack: O(1) per push
     return ops, reads, writes, kept, peak, arena
+
+
+def _unlinked(held):
+    """The states of the linked stack ``(i, (j, ... None))``, bottom first."""
+    out = []
+    while held is not None:
+        i, held = held
+        out.append(i)
+    return tuple(reversed(out))
 
 
 def suffix_sums(grads):

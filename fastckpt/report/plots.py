@@ -151,7 +151,7 @@ def read_styles(path):
 def plot_depth(rows, path, *, title=None, key="total"):
     """Memory against hidden layers, one line per strategy, to a PNG."""
     fig, ax = figure()
-    strategies = [k for k in rows[0] if k not in ("hidden_layers", "sizes", "measured")]
+    strategies = [k for k in rows[0] if k not in ("hidden_layers", "sizes", "measured", "refused")]
     curves = []
     for strategy in strategies:
         xs = [r["hidden_layers"] for r in rows if r[strategy] is not None]
