@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fastckpt.engine.engine as engine
-from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt import InfeasiblePlan, Network, NetworkWithCheckpointing
 from fastckpt.parallel import DataParallel
 
 
@@ -107,3 +107,48 @@ def test_a_bad_minibatch_on_one_worker_changes_nothing_and_leaves_no_worker_runn
         xs[1, 5, 3] = 0.5
         dp.update_mini_batches(xs, ys, 0.5)                # no engine is still busy from the failed update
     assert any(not np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_sum_does_not_depend_on_the_number_of_threads(rng, threads):
+    """NOTE [ Deterministic reduction ]: 1, 2 or 3 threads give the same weights, bit for bit."""
+    sizes = [30, 20, 10]
+    xs, ys = rng.random((5, 16, 30)), rng.random((5, 16, 10))
+    nets = []
+    for t in (1, threads):
+        np.random.seed(0)
+        nets.append(Network(sizes))
+        with DataParallel(nets[-1], threads=t) as dp:
+            for _ in range(3):
+                dp.update_mini_batches(xs, ys, 0.7)
+    for a, b in zip(nets[0].weights + nets[0].biases, nets[1].weights + nets[1].biases):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.memory
+def test_fit_bounds_every_thread_together(rng):
+    """fit(bytes) on threads bounds the parameters, the gradient sum and every worker's step (memray)."""
+    from fastckpt.report.measure import memray_peak
+    sizes, batch, bound = [784, 256, 256, 256, 256, 10], 500, 20 * 2**20
+    xs, ys = rng.random((4, batch, 784)), rng.random((4, batch, 10))
+    net = NetworkWithCheckpointing(sizes, strategy=f"fit({bound})")
+    with DataParallel(net, threads=2) as dp:
+        dp.update_mini_batches(xs, ys, 0.1)                                  # warm-up
+        predicted = dp.predicted_bytes(batch)
+
+    def build_and_train():
+        fresh = NetworkWithCheckpointing(sizes, strategy=f"fit({bound})")
+        with DataParallel(fresh, threads=2) as dp:
+            for _ in range(2):
+                dp.update_mini_batches(xs, ys, 0.1)
+    peak = memray_peak(build_and_train)
+    assert predicted["total"] <= bound and peak <= bound + 64 * 1024
+    assert abs(peak - predicted["total"]) <= 64 * 1024, (peak, predicted)
+    with pytest.raises(InfeasiblePlan, match=r"fit\(16MiB\) with 2 threads: the parameters, the gradient "
+                       r"sum and 2 workers' steps need at least \d+ bytes"):
+        DataParallel(NetworkWithCheckpointing(sizes, strategy="fit(16MiB)"), threads=2).predicted_bytes(batch)
+
+
+def test_threads_the_machine_cannot_hold_are_refused_before_any_is_made():
+    with pytest.raises(ValueError, match=r"^threads: 1000000 worker threads needs [\d.]+ GiB, more than half"):
+        DataParallel(Network([784, 40, 10]), threads=10**6)

@@ -127,10 +127,12 @@ class Network:
         return copy.deepcopy(self)
 
     # -- the schedule -----------------------------------------------------------------------
-    def plan(self, batch_size, *, optimizer_in_backward=None):
-        """The :class:`~fastckpt.planner.plan.Plan` a training step of ``batch_size`` samples follows."""
+    def plan(self, batch_size, *, optimizer_in_backward=None, strategy=None, blas_threads=None):
+        """The :class:`~fastckpt.planner.plan.Plan` a training step of ``batch_size`` samples follows (with the
+        net's own strategy and update mode unless given, and the BLAS threads of now unless given)."""
         fused = self.optimizer_in_backward if optimizer_in_backward is None else optimizer_in_backward
-        return make_plan(self.sizes, batch_size, self.dtype, self.strategy, optimizer_in_backward=fused)
+        return make_plan(self.sizes, batch_size, self.dtype, self.strategy if strategy is None else strategy,
+                         optimizer_in_backward=fused, blas_threads=blas_threads)
 
     def engine(self, batch_size):
         """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples.

@@ -6,21 +6,36 @@ threads really run at once.  Each worker has its own engine (workspace and
 gradients) and runs the network's own plan, so checkpointing works unchanged.
 
 NOTE [ Deterministic reduction ]
-Minibatch ``k`` always goes to worker ``k % threads``.  Each worker adds its
-minibatches' gradients in the order of ``k``, and the workers' sums are added
-in worker order.  So the update is the same, bit for bit, whatever the
-threads' timing.  With same-size minibatches it equals one step on their
-concatenation, up to the rounding of that summation order.
+Minibatch ``k`` goes to worker ``k % threads``, which computes its gradient in
+its own engine and then waits for its turn: the gradient of minibatch ``k``
+is added to the one sum after that of ``k - 1``.  So the sum is
+``((g_0 + g_1) + g_2) + ...`` whatever the threads' timing and whatever their
+number: one thread, two or eight give the same update, bit for bit (and a
+resumed run may use another number of threads).  With same-size minibatches
+it equals one step on their concatenation, up to the rounding of that order.
+
+NOTE [ Memory of the threads ]
+The parameters and the one gradient sum are shared; each worker holds its own
+step (its plan's workspace, deltas and gradients, BLAS on one thread).  So
+``fit(bytes)`` bounds all of it: each worker plans ``fit`` of its share,
+``P + (bytes - 2 P) / threads`` with ``P`` the parameters' bytes, and
+:meth:`DataParallel.predicted_bytes` adds the parts up.
 """
+import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.core.resources import check_fits
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
-from fastckpt.kernels import blas_threads, set_blas_threads
+from fastckpt.kernels import accumulate, blas_threads, set_blas_threads
 from fastckpt.nets import Network
+from fastckpt.planner import InfeasiblePlan
+from fastckpt.planner.strategies import Fit
+
+THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
 
 
 class DataParallel:
@@ -40,9 +55,11 @@ class DataParallel:
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
+        check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes), f"{self.threads} worker threads",
+                   "threads")
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fastckpt") if self.threads > 1 else None
         self._engines = {}
-        self._sums = [net.params.new_buffer() for _ in range(self.threads)]
+        self._sum = net.params.new_buffer()
         self.last_loss = None
 
     def close(self):
@@ -57,11 +74,39 @@ class DataParallel:
     def __exit__(self, *exc):
         self.close()
 
+    def worker_plan(self, batch):
+        """The plan each worker runs for minibatches of ``batch`` (NOTE [ Memory of the threads ])."""
+        net, threads = self.net, self.threads
+        strategy = net.strategy
+        if isinstance(strategy, Fit) and threads > 1:
+            shared = 2 * net.params.flat.nbytes                           # parameters and the gradient sum
+            share = net.params.flat.nbytes + (strategy.nbytes - shared) // threads
+            try:
+                if share <= net.params.flat.nbytes:
+                    raise InfeasiblePlan("", shared + threads)
+                return net.plan(batch, optimizer_in_backward=False, strategy=Fit(share), blas_threads=1)
+            except InfeasiblePlan as exc:
+                least = shared + threads * (exc.minimum_bytes - net.params.flat.nbytes)
+                raise InfeasiblePlan(f"{strategy} with {threads} threads: the parameters, the gradient sum and "
+                                     f"{threads} workers' steps need at least {least} bytes "
+                                     f"({least / 2**20:.2f} MiB); got {strategy.nbytes}", least) from None
+        return net.plan(batch, optimizer_in_backward=False, blas_threads=1 if threads > 1 else None)
+
+    def predicted_bytes(self, batch):
+        """Bytes by part of training with minibatches of ``batch`` samples (NOTE [ Memory of the threads ])."""
+        step = self.worker_plan(batch).bytes()
+        params = self.net.params.flat.nbytes
+        parts = {"parameters": params, "gradient_sum": params, "workers": self.threads * (step["total"] - params)}
+        parts["total"] = sum(parts.values())
+        return parts
+
     def _engine(self, worker, batch):
         key = (worker, batch)
         if key not in self._engines:
             net = self.net
-            self._engines[key] = Engine(net.plan(batch, optimizer_in_backward=False), net.loss, net.l2)
+            if not self._engines:
+                check_fits(self.predicted_bytes(batch)["total"], f"training on {self.threads} threads", "threads")
+            self._engines[key] = Engine(self.worker_plan(batch), net.loss, net.l2)
         return self._engines[key]
 
     def update_mini_batches(self, x_batches, y_batches, eta):
@@ -84,43 +129,52 @@ class DataParallel:
             raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
         batch = sizes.pop()
         params = self.net.params
+        turns = _Turns(self._sum, params.blocks)
 
         def work(worker):
-            total = self._sums[worker]
             losses = []
             engine = self._engine(worker, batch)
-            for k in range(worker, len(xs), self.threads):
-                loss = engine.gradients(params, xs[k], ys[k], out=total, add=k >= self.threads,
-                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))
-                losses.append((k, loss))
+            try:
+                for k in range(worker, len(xs), self.threads):
+                    losses.append((k, engine.gradients(params, xs[k], ys[k],
+                                                       names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
+                    turns.add(k, engine.grad)
+            except BaseException:
+                turns.fail()
+                raise
             return losses
 
         if self.threads > 1 and self._pool is None:
             raise RuntimeError("this DataParallel is closed; make a new one")
-        threads = blas_threads()
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
-            if self._pool is not None and threads > 1:
-                set_blas_threads(1)
-            try:
-                if self._pool is None:
-                    results = [work(0)]
-                else:                        # this thread is worker 0: one thread wake-up fewer per update
-                    futures = [self._pool.submit(work, w) for w in range(1, min(self.threads, len(xs)))]
-                    try:
-                        first = work(0)
-                    finally:                                    # every worker ends before anything is raised
-                        wait(futures)
-                    results = [first] + [f.result() for f in futures]
-            finally:
-                if self._pool is not None and threads > 1:
-                    set_blas_threads(threads)
-            total = self._sums[0]
-            for worker in range(1, len(results)):               # fixed order: NOTE [ Deterministic reduction ]
-                total += self._sums[worker]
+            results = self._run(work, min(self.threads, len(xs)))
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = float(np.mean([loss for _, loss in losses]))
-            params.update(total, eta / len(xs))
+            params.update(self._sum, eta / len(xs))
+
+    def _run(self, work, workers):
+        """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results.
+        Every worker ends before anything is raised; a worker's own error wins over a stopped turn."""
+        threads = blas_threads()
+        if self._pool is not None and threads > 1:
+            set_blas_threads(1)
+        try:
+            futures = [self._pool.submit(work, w) for w in range(1, workers)]
+            first = error = None
+            try:
+                first = work(0)
+            except BaseException as exc:            # raised below, once every worker has ended
+                error = exc
+            wait(futures)
+            errors = [e for e in [error] + [f.exception() for f in futures] if e is not None]
+            errors.sort(key=lambda e: isinstance(e, _Stopped))
+            if errors:
+                raise errors[0]
+            return [first] + [f.result() for f in futures]
+        finally:
+            if self._pool is not None and threads > 1:
+                set_blas_threads(threads)
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True, on_epoch=None, first_epoch=0):
@@ -143,3 +197,33 @@ class DataParallel:
                                      [y_train[s:s + mini_batch_size] for s in group], eta)
         return run_epochs(self.net, epochs, groups, update, test_data, verbose, on_epoch=on_epoch,
                           first_epoch=first_epoch)
+
+
+class _Stopped(Exception):
+    """Another worker failed, so this one's turn never comes."""
+
+
+class _Turns:
+    """Adds minibatch ``k``'s gradient to the sum after ``k - 1``'s (NOTE [ Deterministic reduction ])."""
+
+    def __init__(self, total, blocks):
+        self.total, self.blocks = total, blocks
+        self.next, self.failed = 0, False
+        self.cond = threading.Condition()
+
+    def add(self, k, grad):
+        with self.cond:
+            while self.next != k and not self.failed:
+                self.cond.wait()
+            if self.failed:
+                raise _Stopped(f"minibatch {k}: another worker failed first")
+            if k == 0:
+                self.total[...] = 0.0
+            accumulate(self.total, grad, self.blocks)
+            self.next += 1
+            self.cond.notify_all()
+
+    def fail(self):
+        with self.cond:
+            self.failed = True
+            self.cond.notify_all()
