@@ -20,11 +20,15 @@ import hashlib
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.engine import Engine
 from fastckpt.nets import Network
+from fastckpt.planner import InfeasiblePlan
+from fastckpt.planner.strategies import Fit
 
 from .mpi import Group, lab_loop
 
 MODE = "data parallel (--mpi)"
+EXCHANGE_BUFFERS = 3               # gradient-sized buffers of an update's reduce and broadcast, per rank
 
 
 class MPITrainer:
@@ -51,32 +55,70 @@ class MPITrainer:
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
         self._total = net.params.new_buffer() if self.rank == 0 else None
         self._local = net.params.new_buffer()
+        self._engine = None
         self.last_loss = None
+
+    def plan(self, batch):
+        """The plan of each rank's step: the net's, with ``fit(bytes)`` leaving room for the exchange (so the
+        bound holds for what each rank holds): this rank's gradient sum, rank 0's reduced one and MPI's own
+        temporary for the reduce, each the parameters' size (measured with memray on mpich)."""
+        net, buffers = self.net, EXCHANGE_BUFFERS * self.net.params.flat.nbytes
+        if not isinstance(net.strategy, Fit):
+            return net.plan(batch)
+        try:
+            if net.strategy.nbytes <= buffers:
+                raise InfeasiblePlan("", buffers + 1)
+            return net.plan(batch, strategy=Fit(net.strategy.nbytes - buffers))
+        except InfeasiblePlan as exc:
+            least = exc.minimum_bytes + buffers
+            raise InfeasiblePlan(f"{net.strategy} with --mpi: a rank's step and the gradient buffers of the "
+                                 f"exchange need at least {least} bytes ({least / 2**20:.2f} MiB); got "
+                                 f"{net.strategy.nbytes}", least) from None
+
+    def predicted_bytes(self, batch):
+        """Bytes by part that one rank holds, training on minibatches of ``batch`` samples."""
+        parts = dict(self.plan(batch).bytes())
+        parts.pop("activation_memory", None)
+        parts["exchange_buffers"] = EXCHANGE_BUFFERS * self.net.params.flat.nbytes
+        parts["total"] += parts["exchange_buffers"]
+        return parts
+
+    def _engine_for(self, batch):
+        if self._engine is None or self._engine.plan.batch_size < batch:
+            self._engine = None
+            self._engine = Engine(self.plan(batch), self.net.loss, self.net.l2)
+        return self._engine
 
     def update(self, x, y, eta):
         """One SGD step on the mean of every rank's minibatch gradient (same size on every rank)."""
         self.update_many([x], [y], eta)
 
-    def update_many(self, xs, ys, eta):
+    def update_many(self, xs, ys, eta, count=None):
         """One SGD step on the mean gradient of all ranks' minibatches, ``len(xs)`` on each rank.
 
         Several minibatches per rank share one exchange: their gradients are
-        summed locally, in order, before the reduce.  A refused update raises
-        FloatingPointError on every rank; any other error ends the job.
+        summed locally, in order, before the reduce.  ``count`` is the number
+        of minibatches of all ranks together (default ``len(xs)`` times the
+        ranks); a rank with none (the last update of an epoch) adds zeros.  A
+        refused update raises FloatingPointError on every rank; any other
+        error ends the job.
         """
         net, local = self.net, self._local
         with self.group.errors() as errors:
             eta = check_eta(eta)
+            count = self.ranks * len(xs) if count is None else count
             with net.params.lock:
+                if not xs:
+                    local[...] = 0.0
                 for k, (x, y) in enumerate(zip(xs, ys)):
-                    engine = net.engine(np.shape(x)[0])
+                    engine = self._engine_for(np.shape(x)[0])
                     self.last_loss = engine.gradients(net.params, x, y, out=local, add=k > 0)   # this rank's last
                 self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
                 if self.rank == 0:
                     local[...] = self._total
                 self.comm.Bcast(local, root=0)
                 errors.shared = FloatingPointError    # same gradient and weights everywhere: refused on all or none
-                net.params.update(local, eta / (self.ranks * len(xs)))
+                net.params.update(local, eta / count)
 
     def _net_settings(self):
         """What must be the same on every rank: the net and its weights (a digest)."""
@@ -90,8 +132,9 @@ class MPITrainer:
         """The lab's loop with ``parallel_batches`` minibatches per update (default: one per rank).
 
         ``parallel_batches`` must be a multiple of the ranks; rank ``r`` takes
-        minibatches ``r, r + ranks, ...`` of each group.  Returns (memusage,
-        updatetime) of this rank.  Only rank 0 prints.  First checks that every
+        minibatches ``r, r + ranks, ...`` of each group, and the last group of
+        an epoch averages the minibatches left (as threads do).  Returns
+        (memusage, updatetime) of this rank.  Only rank 0 prints.  First checks that every
         rank has the same settings, data and initial weights (a ValueError on
         every rank if not); an error on one rank alone ends the job.
         """
@@ -102,11 +145,11 @@ class MPITrainer:
             if per_update % self.ranks:
                 raise ValueError(f"parallel_batches must be a multiple of the {self.ranks} ranks, got {per_update}")
             batches = n // mini_batch_size
-            if batches < per_update:
-                raise ValueError(f"{n} training samples make {batches} mini-batches of {mini_batch_size}, "
-                                 f"fewer than the {per_update} each update needs ({self.ranks} ranks)")
-            return [[(u * per_update + k) * mini_batch_size for k in range(self.rank, per_update, self.ranks)]
-                    for u in range(batches // per_update)]       # whole groups only: every rank takes part
+            self.plan(mini_batch_size)                # a bound that cannot hold is refused here, on every rank
+            return [(min(per_update, batches - first), [k * mini_batch_size for k in
+                                                         range(first + self.rank, min(first + per_update, batches),
+                                                               self.ranks)])
+                    for first in range(0, batches, per_update)]  # every rank takes part, some with no minibatch
 
         settings = dict(self._net_settings(), parallel_batches=parallel_batches or self.ranks)
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,

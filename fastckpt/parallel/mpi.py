@@ -220,8 +220,9 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
     ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
 
     By default every rank takes every minibatch (model parallelism), one per update, through
-    ``trainer.update_mini_batch``.  Data parallelism passes ``groups(n_train, mini_batch_size)``,
-    the starts this rank takes in each update, which ``trainer.update_many`` gets.  ``settings``
+    ``trainer.update_mini_batch``.  Data parallelism passes ``groups(n_train, mini_batch_size)``:
+    per update, the minibatches of all ranks and the starts this rank takes, which
+    ``trainer.update_many`` gets.  ``settings``
     adds the trainer's own to what is compared.  ``model`` (default: the trainer) is what is
     evaluated and keeps the accuracies.  Returns (memusage, updatetime); rank 0 prints.
     """
@@ -245,7 +246,8 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
             starts = groups(len(x_train), mini_batch_size)
 
             def update(group):
-                trainer.update_many([x_train[s:s + mini_batch_size] for s in group],
-                                    [y_train[s:s + mini_batch_size] for s in group], eta)
+                count, mine = group
+                trainer.update_many([x_train[s:s + mini_batch_size] for s in mine],
+                                    [y_train[s:s + mini_batch_size] for s in mine], eta, count)
         errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
         return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock)
