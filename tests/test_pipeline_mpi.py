@@ -202,3 +202,20 @@ def test_a_dying_stage_ends_the_pipeline_within_bounded_time(tmp_path):
     finally:
         if job.poll() is None:
             job.kill()
+
+
+@needs_mpi
+def test_fit_bounds_each_stage_with_its_micro_batches_in_flight(tmp_path):
+    """--max-memory with --pipeline bounds what each rank holds, not one micro-batch's step."""
+    sizes, batch, bound = [784] + [256] * 16 + [10], 2048, 30 * MiB
+    cases = [dict(sizes=sizes, batch=batch, micro=8, schedule="gpipe", strategy=f"fit({bound})", updates=1,
+                  memray=True, out=str(tmp_path / "fit.json"))]
+    _job(2, cases, timeout=400)
+    for rank, (peak, predicted) in enumerate(json.load(open(cases[0]["out"]))):
+        assert predicted["total"] <= bound, (rank, predicted)
+        assert peak <= bound + 0.02 * bound + MiB, (rank, peak, predicted)          # the stages' stated accuracy
+    small = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--micro-batches", "8", "--sizes",
+                            ",".join(map(str, sizes)), "--batch-size", str(batch), "--max-memory", "16MiB"],
+                           capture_output=True, text=True, timeout=300)
+    assert small.returncode == 2 and "no split of the 17 layers into 2 stages fits 16MiB per rank: the balanced " \
+        "split [8, 9] needs" in small.stderr, small.stderr

@@ -4,8 +4,10 @@ import numpy as np
 from fastckpt.core.checks import check_positive_int
 from fastckpt.core.layout import param_layout
 from fastckpt.engine.workspace import workspace_delta_elems
+from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs
+from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
 from .links import SEND_BUFFERS
 from .schedules import in_flight, storage_slots
@@ -46,13 +48,55 @@ def balance(costs, stages, fits=None):
 def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1):
     """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
 
-    ``rows``: the largest micro-batch; ``order``: the stage's schedule.
+    ``rows``: the largest micro-batch; ``order``: the stage's schedule.  The stage runs
+    :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
     """
-    dtype = np.dtype(dtype)
+    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads)
+    return _parts(sizes, lo, hi, rows, plan, order, transport, threads)
+
+
+def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1):
+    """The plan a stage runs: its strategy's, except that ``fit(bytes)`` bounds what the stage holds in all
+    (its gradient sum, message buffers and the checkpoints of every micro-batch in flight), not one
+    micro-batch's step.  A stage then plans the largest activation ``budget`` whose whole stage fits, found
+    by bisection, so that fewer checkpoints are stored per micro-batch in flight; plain when all of it fits.
+    InfeasiblePlan when even the least activation memory does not."""
+    sub = tuple(sizes[lo:hi + 1])
+    if not isinstance(strategy, Fit):
+        return make_plan(sub, rows, dtype, strategy, blas_threads=threads)
+
+    def planned(kind):
+        plan = make_plan(sub, rows, dtype, kind, blas_threads=threads)
+        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads)["total"]
+    best, total = planned("plain")
+    if total <= strategy.nbytes:
+        return best
+    try:
+        make_plan(sub, rows, dtype, Budget(1), blas_threads=threads)
+    except InfeasiblePlan as exc:
+        low = exc.minimum_bytes
+    best, total = planned(Budget(low))
+    if total > strategy.nbytes:
+        raise InfeasiblePlan(f"{strategy}: the stage of layers {lo}..{hi - 1} at micro-batches of {rows} holds at "
+                             f"least {total} bytes ({total / 2**20:.2f} MiB) with its micro-batches in flight, "
+                             f"gradient sum and message buffers; got {strategy.nbytes}", total)
+    high = make_plan(sub, rows, dtype, "plain", blas_threads=threads).bytes()["activation_memory"]
+    while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
+        mid = (low + high) // 2
+        plan, total = planned(Budget(mid))
+        if total <= strategy.nbytes:
+            best, low = plan, mid
+        else:
+            high = mid
+    return best
+
+
+def _parts(sizes, lo, hi, rows, p, order, transport, threads):
+    """The bytes by part of a stage that runs the plan ``p``."""
+    dtype = p.dtype
     item = dtype.itemsize
     sub = tuple(sizes[lo:hi + 1])
     first, last = lo == 0, hi == len(sizes) - 1
-    p = make_plan(sub, rows, dtype, strategy, blas_threads=threads)
     live = sum(b - a for a, b in live_ranges(p, loss=last))
     params = param_layout(sub, item)[1] * item
     flight = in_flight(order)
@@ -74,9 +118,10 @@ def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native",
     return parts
 
 
-def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total):
+def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total, strategy=None):
     """Layers per stage: ``partition`` checked, or the balanced split of :func:`balance` on the layers'
-    predicted time, each stage within ``memory_limit`` bytes (``stage_total(stage, lo, hi)``) if given."""
+    predicted time, each stage within ``memory_limit`` bytes (``stage_total(stage, lo, hi)``) if given
+    (by default ``fit(bytes)``'s bound, when the batch size is known)."""
     n_layers = len(sizes) - 1
     if partition is not None:
         parts = [check_positive_int(p, "partition[i]") for p in partition]
@@ -84,15 +129,28 @@ def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_t
             raise ValueError(f"partition must give the layers of each of the {stages} stages, summing to "
                              f"{n_layers}, got {list(partition)}")
         return parts
-    fits = None
-    if memory_limit is not None:
-        limit = check_positive_int(memory_limit, "memory_limit")
-        if batch_size is None:
-            raise ValueError("memory_limit needs batch_size: the memory of a stage depends on it")
+    if memory_limit is None and isinstance(strategy, Fit) and batch_size is not None:
+        memory_limit = strategy.nbytes                      # fit(bytes) bounds every stage: split accordingly
+    costs = layer_costs(sizes, batch_size or 1)
+    if memory_limit is None:
+        return balance(costs, stages)
+    limit = check_positive_int(memory_limit, "memory_limit")
+    if batch_size is None:
+        raise ValueError("memory_limit needs batch_size: the memory of a stage depends on it")
 
-        def fits(stage, lo, hi):
-            return stage_total(stage, lo, hi)["total"] <= limit
-    return balance(layer_costs(sizes, batch_size or 1), stages, fits)
+    def need(stage, lo, hi):
+        try:
+            return stage_total(stage, lo, hi)["total"]
+        except InfeasiblePlan as exc:
+            return exc.minimum_bytes
+    try:
+        return balance(costs, stages, lambda stage, lo, hi: need(stage, lo, hi) <= limit)
+    except ValueError:
+        parts = balance(costs, stages)
+        most = max(need(s, sum(parts[:s]), sum(parts[:s + 1])) for s in range(stages))
+        raise InfeasiblePlan(f"no split of the {n_layers} layers into {stages} stages fits {format_bytes(limit)} "
+                             f"per rank: the balanced split {parts} needs {most} bytes ({most / 2**20:.2f} MiB) on "
+                             "its largest stage", most) from None
 
 
 def check_stages(strategy, sizes, partition):

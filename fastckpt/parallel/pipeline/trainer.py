@@ -33,10 +33,9 @@ from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
-from fastckpt.planner import plan as make_plan
 
 from ..mpi import Group, lab_loop, random_state
-from .partition import check_stages, choose_partition, stage_bytes
+from .partition import check_stages, choose_partition, stage_bytes, stage_plan
 from .runner import StageRunner
 from .schedules import check_schedule, schedule
 from .transport import check_transport
@@ -89,8 +88,13 @@ class PipelineTrainer:
                                        batch_size, partition, memory_limit), "PipelineTrainer arguments")
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
-                                          lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size))
+                                          lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size),
+                                          self.strategy)
         check_stages(self.strategy, self.sizes, self.partition)
+        if self.batch_size is not None:                       # a bound the stages cannot hold: refused on every rank
+            for stage, n in enumerate(self.partition):
+                lo = sum(self.partition[:stage])
+                self._stage_bytes(stage, lo, lo + n, self.batch_size)
         self.lo = sum(self.partition[:self.rank])
         self.hi = self.lo + self.partition[self.rank]
         self.stage_sizes = self.sizes[self.lo:self.hi + 1]
@@ -189,7 +193,8 @@ class PipelineTrainer:
         rows = max(b - a for a, b in zip(edges[:-1], edges[1:]))
         if self._runner is None or self._runner.rows < rows:
             self._runner = None                                                # free the old buffers first
-            plan = make_plan(self.stage_sizes, rows, self.dtype, self.strategy, blas_threads=self.blas_threads)
+            plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
+                              self.transport, self.blas_threads)
             self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats)
