@@ -10,6 +10,9 @@ from .guard import leave_job
 TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
                   "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0}
 
+#: ``train --pipeline``'s options when not given; without --pipeline they may not be given
+PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
+
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
               "activation memory) or fit(bytes) (a bound on the whole step)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "

@@ -5,7 +5,7 @@ from fastckpt._version import __version__
 from fastckpt.planner.strategies import Fit, format_bytes, parse_strategy
 
 from . import options as o
-from .options import MAX_MEMORY, STRATEGIES, TRAIN_DEFAULTS, Help, Parser
+from .options import MAX_MEMORY, PIPELINE_DEFAULTS, STRATEGIES, TRAIN_DEFAULTS, Help, Parser
 
 DATA_HELP = "the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits"
 
@@ -153,15 +153,16 @@ def _train_parallel(p):
     p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
                    help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
                         "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
-    p.add_argument("--micro-batches", type=o.positive, default=4, metavar="M",
-                   help="micro-batches per mini-batch with --pipeline")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe",
+    p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
+                   help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default=None,
                    help="with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most P "
-                        "micro-batches in flight per stage)")
+                        f"micro-batches in flight per stage) (default: {PIPELINE_DEFAULTS['schedule']})")
     p.add_argument("--partition", type=o.depths, default=None,
                    help="with --pipeline: layers per stage, e.g. 2,1 (default: balanced predicted time)")
-    p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default="native",
-                   help="with --pipeline: how activations and deltas travel between stages")
+    p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default=None,
+                   help="with --pipeline: how activations and deltas travel between stages "
+                        f"(default: {PIPELINE_DEFAULTS['transport']})")
     p.add_argument("--tensor-parallel", action="store_true",
                    help="tensor (model) parallelism: every layer's units split across the MPI ranks")
 

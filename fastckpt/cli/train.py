@@ -18,7 +18,7 @@ from fastckpt.planner import plan as make_plan
 
 from .data import load_data
 from .guard import RankGuard
-from .options import TRAIN_DEFAULTS
+from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
 from .resume import SETTINGS, fingerprint, resumed, training_state
 
 
@@ -59,6 +59,16 @@ def modes_of(args):
     if modes and args.threads > 1:
         raise ValueError(f"--threads {args.threads} trains on threads of one process; it does not combine "
                          f"with {modes[0]}")
+    if not args.pipeline:
+        given = [flag for flag, key in (("--micro-batches", "micro_batches"), ("--schedule", "schedule"),
+                                        ("--partition", "partition"), ("--transport", "transport"))
+                 if getattr(args, key) is not None]
+        if given:
+            raise ValueError(f"{given[0]} is an option of --pipeline P; without --pipeline it would change nothing")
+    if args.tensor_parallel and (args.max_memory is not None or str(args.strategy or "plain") != "plain"):
+        flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
+        raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
+                         "or use --pipeline P with checkpointing inside every stage")
     if not modes and launched_ranks() > 1:
         raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
                          "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
@@ -102,18 +112,20 @@ def train(args):
 def _model_parallel(args, run, guard, training, test, lead):
     """Pipeline or tensor parallelism: (update times, accuracies, the workers' description)."""
     np.random.seed(run.seed)
+    pipe = {key: default if getattr(args, key) is None else getattr(args, key)
+            for key, default in PIPELINE_DEFAULTS.items()}
     if args.pipeline:
-        trainer = guard.run(PipelineTrainer, run.sizes, args.micro_batches, schedule=args.schedule,
+        trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
-                            partition=args.partition, transport=args.transport, batch_size=run.batch_size)
+                            partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
     _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
                          verbose=lead and not args.json)
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
-        workers.update(pipeline=args.pipeline, micro_batches=args.micro_batches, schedule=args.schedule,
-                       partition=trainer.partition, transport=args.transport,
+        workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
+                       partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())
     weights, biases = trainer.gather()
     if lead and args.save:

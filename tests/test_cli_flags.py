@@ -1,0 +1,24 @@
+"""Flags that would change nothing are refused, not ignored (exit 2, one line naming the flag)."""
+import subprocess
+import sys
+
+import pytest
+
+TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--micro-batches", "3"], "--micro-batches is an option of --pipeline P; without --pipeline it would change"),
+    (["--schedule", "1f1b"], "--schedule is an option of --pipeline P"),
+    (["--transport", "int8"], "--transport is an option of --pipeline P"),
+    (["--partition", "2,1"], "--partition is an option of --pipeline P"),
+    (["--mpi", "--transport", "float16"], "--transport is an option of --pipeline P"),
+    (["--tensor-parallel", "--strategy", "sqrt"], "--strategy sqrt does not apply to --tensor-parallel, whose layers "
+                                                  "do not checkpoint"),
+    (["--tensor-parallel", "--max-memory", "1KiB"], "--max-memory does not apply to --tensor-parallel"),
+])
+def test_a_flag_its_mode_does_not_use_is_refused(flags, said):
+    proc = subprocess.run([*TRAIN, *flags], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("fastckpt train: error: ") and said in proc.stderr, \
+        proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Epoch" not in proc.stdout
