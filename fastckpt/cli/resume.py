@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from fastckpt.core.files import npz_name
 from fastckpt.nets import load
 from fastckpt.planner.strategies import format_bytes
 
@@ -29,6 +30,22 @@ def training_state(run, accuracies, epochs_done, updates_done, n_train, per_upda
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
+
+
+class Saver:
+    """``--save FILE`` after every epoch, by rank 0: ``saver(write)`` calls ``write(path, exclusive)``.  The
+    run's first save of a file that did not exist when it began is exclusive: a file another process made
+    there meanwhile is never replaced (the save fails instead); later saves replace the run's own file."""
+
+    def __init__(self, path, force, lead):
+        self.path, self.lead = path, lead
+        self.exclusive = path is not None and not force and not os.path.exists(npz_name(path))
+
+    def __call__(self, write):
+        if self.path is None or not self.lead:
+            return
+        write(self.path, self.exclusive)
+        self.exclusive = False
 
 
 def resumed(args, modes):

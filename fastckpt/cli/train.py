@@ -19,7 +19,7 @@ from fastckpt.planner import plan as make_plan
 from .data import load_data
 from .guard import RankGuard
 from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
-from .resume import SETTINGS, fingerprint, resumed, training_state
+from .resume import SETTINGS, Saver, fingerprint, resumed, training_state
 
 
 @dataclass(frozen=True)
@@ -120,18 +120,23 @@ def _model_parallel(args, run, guard, training, test, lead):
                             partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
+    save = Saver(args.save, args.force, lead)
+
+    def saved(epoch, updates):
+        """After each epoch, on every rank: the whole net gathered (a collective), saved by rank 0."""
+        if args.save:
+            weights, biases = trainer.gather()
+            save(lambda path, exclusive: save_arrays(
+                path, run.sizes, run.dtype, weights, biases, loss=run.loss, l2=run.l2, strategy=run.strategy,
+                exclusive=exclusive, training=training_state(run, trainer.accuracies, epoch + 1, updates,
+                                                             len(training[0]), 1)))
     _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
-                         verbose=lead and not args.json)
+                         verbose=lead and not args.json, on_epoch=saved)
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
         workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
                        partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())
-    weights, biases = trainer.gather()
-    if lead and args.save:
-        save_arrays(args.save, run.sizes, run.dtype, weights, biases, loss=run.loss, l2=run.l2,
-                    strategy=run.strategy, training=training_state(run, trainer.accuracies, args.epochs,
-                                                                   len(times), len(training[0]), 1))
     return times, list(trainer.accuracies), workers
 
 
@@ -142,19 +147,18 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     done = state["epochs_done"] if state else 0
     epochs = args.epochs - done
     per_update = run.parallel_batches
+    save = Saver(args.save, args.force, lead)
 
     def saved(epoch, updates):
         """After each epoch: the net and where training stands, for --resume."""
-        if args.save and lead:
-            net.save(args.save, training=training_state(run, before + net.accuracies, epoch + 1,
-                                                        updates_before + updates, len(training[0]),
-                                                        per_update or args.threads))
+        save(lambda path, exclusive: net.save(path, exclusive=exclusive, training=training_state(
+            run, before + net.accuracies, epoch + 1, updates_before + updates, len(training[0]),
+            per_update or args.threads)))
     if args.mpi:
         trainer = guard.run(MPITrainer, net)
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
-                             parallel_batches=per_update, verbose=lead and not args.json)
-        saved(epochs - 1, len(times))                                # saved once, at the end
+                             parallel_batches=per_update, verbose=lead and not args.json, on_epoch=saved)
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:

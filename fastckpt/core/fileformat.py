@@ -46,7 +46,7 @@ _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 NET_FIELDS = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward")
 
 
-def write(path, net, weights, biases, *, training=None):
+def write(path, net, weights, biases, *, training=None, exclusive=False):
     """Write a net to ``path`` (``.npz`` appended if missing); returns the path written.
 
     ``net`` is a dict of :data:`NET_FIELDS` (``strategy`` spelled as a string),
@@ -54,7 +54,8 @@ def write(path, net, weights, biases, *, training=None):
     at all: it is written to a temporary file in the same folder, flushed to
     disk and renamed over ``path``.  ``training`` is a dict as described in
     NOTE [ The file format ]; its ``rng`` entry, if present, is
-    ``numpy.random.get_state()``.
+    ``numpy.random.get_state()``.  With ``exclusive`` a file already at ``path`` (made by another
+    process since the caller checked) is not replaced: ValueError.
     """
     path = os.fsdecode(os.fspath(path))
     if not path.strip() or path.endswith(os.sep):
@@ -83,7 +84,11 @@ def write(path, net, weights, biases, *, training=None):
             training["rng"] = {"pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
         meta["training"] = training
     arrays["meta"] = np.array(json.dumps(meta))
-    return atomic_write(path, lambda f: np.savez(f, **arrays))
+    try:
+        return atomic_write(path, lambda f: np.savez(f, **arrays), exclusive=exclusive)
+    except FileExistsError:
+        raise ValueError(f"path {path!r}: a file appeared there after this run began (another process?); "
+                         "not replaced") from None
 
 
 class Saved(NamedTuple):

@@ -33,11 +33,11 @@ def load(path):
 
 
 def save_arrays(path, sizes, dtype, weights, biases, *, loss="quadratic", l2=0.0, strategy="plain",
-                training=None):
+                training=None, exclusive=False):
     """Save a net known by its arrays (a pipeline or tensor-parallel trainer's gathered ones)."""
     net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=False)
     net.weights, net.biases = weights, biases
-    return net.save(path, training=training)
+    return net.save(path, training=training, exclusive=exclusive)
 
 
 def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward):

@@ -259,19 +259,20 @@ class Network:
         return hits / x.shape[0]
 
     # -- files ------------------------------------------------------------------------------
-    def save(self, path, *, training=None):
+    def save(self, path, *, training=None, exclusive=False):
         """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
 
         The format (versioned, documented in :mod:`fastckpt.core.fileformat`)
         keeps the sizes, dtype, loss, l2, strategy and optimizer mode with the
         parameters bit for bit.  ``training``, a dict, is stored beside them
         (``fastckpt train`` keeps its epoch, update count, accuracies and
-        ``numpy.random`` state there).  Returns the path written.
+        ``numpy.random`` state there).  ``exclusive``: never replace a file (one
+        another process wrote meanwhile, say).  Returns the path written.
         """
         with self.params.lock:                                  # one consistent set of parameters
             weights = [np.array(w) for w in self.weights]
             biases = [np.array(b) for b in self.biases]
-        return fileformat.write(path, self.fields(), weights, biases, training=training)
+        return fileformat.write(path, self.fields(), weights, biases, training=training, exclusive=exclusive)
 
     def fields(self):
         """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""

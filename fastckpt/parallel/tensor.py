@@ -188,7 +188,6 @@ class TensorParallelTrainer:
         return loss
 
     def _minibatch(self, x, y, eta):
-        """``(x, y, eta)`` checked and staged."""
         x, y = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
         for arr, name in ((x, "x"), (y, "y")):
             check_finite(arr, name)
@@ -207,9 +206,10 @@ class TensorParallelTrainer:
             return self._a[-1][:rows.shape[0]].argmax(axis=1)
         return count_correct(x, labels, self.dtype, predict, chunk=chunk) / x.shape[0]
 
-    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True):
-        """The lab's loop; every rank passes the same data (checked first).  Returns (memusage, updatetime)."""
-        return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, nullcontext())
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None):
+        """The lab's loop (:func:`~fastckpt.parallel.mpi.lab_loop`); returns (memusage, updatetime)."""
+        return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, nullcontext(),
+                        on_epoch=on_epoch)
 
     def _delta(self, layer, batch):
         """The delta of ``layer``'s output, shaped like ``a[layer + 1]``: the two buffers alternate."""
