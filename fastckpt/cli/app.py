@@ -14,14 +14,18 @@ never a traceback (``FASTCKPT_DEBUG=1`` shows it).  Exit codes:
 * 128 + signal: ``compare`` stopped by SIGINT (130), SIGTERM (143) or SIGHUP
   (129) after ending its child and writing the finished runs;
 * 141 (128 + SIGPIPE): stdout was closed early (``fastckpt plan | head``),
-  quietly, as ``cat`` or ``yes`` would end.
+  quietly, as ``cat`` or ``yes`` would end.  A command started with stdout
+  closed (``>&-``) does its work, says once on stderr that its results are not
+  shown, and exits as it would otherwise.
 
 docs/misuse.md has the table of cases.
 """
 import os
 import signal
 import sys
+import warnings
 
+from fastckpt.engine.loop import SkippedSamples
 from fastckpt.report.compare import RunFailed, builtin_kinds
 
 from . import commands
@@ -40,6 +44,10 @@ def main(argv=None):
             print(commands_list(top))
             return 0
         command = f"fastckpt {args.command}"
+        if sys.stdout is None:                                     # started with its output closed (>&-)
+            sys.stdout = open(os.devnull, "w")
+            _say(f"{command}: warning: standard output is closed; the results are not shown")
+        warnings.showwarning = _warning_line(command)            # one line each, as errors are
         args = settled(args)
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
                "profile": commands.profile, "train": train}
@@ -87,6 +95,14 @@ def _failure(exc, command="fastckpt"):
     if child:                               # a bug, its reason naming its type; or a death without a word
         return 1, f"{prefix}{reason} {BUG}" if kinds else prefix + reason
     return 1, f"{type(exc).__name__}: {reason} {BUG}"
+
+
+def _warning_line(command):
+    """``warnings.showwarning`` for the command: ``<command>: warning: <message>``, one line, no source."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = message.what if isinstance(message, SkippedSamples) else " ".join(str(message).split())
+        _say(f"{command}: warning: {text}")
+    return show
 
 
 def _say(line):

@@ -19,7 +19,7 @@ from fastckpt.report.measure import memray_peak
 from fastckpt.report.plots import plot_depth, plot_tradeoff
 from fastckpt.report.summary import summary, table, write_report
 
-from .data import load_data
+from .data import check_trainable, load_data
 from .signals import Stopped, Stopper
 
 
@@ -32,7 +32,7 @@ def compare(args):
         raise ValueError("give --strategies or --every, not both")
     strategies = args.strategies or [parse_strategy(f"every_nth({args.every or 2})"), parse_strategy("sqrt")]
     for s in strategies:                                          # refuse before any training
-        make_plan(args.sizes, args.batch_size, args.dtype, s)
+        check_trainable(args.sizes, args.batch_size, args.dtype, s)
     setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
              "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)"}
     done = []
@@ -168,7 +168,7 @@ def _thin(points, n):
 def profile(args):
     import memray
     (x_train, y_train), _ = load_data(args.data, args.sizes)
-    make_plan(args.sizes, args.batch_size, args.dtype, args.strategy)
+    check_trainable(args.sizes, args.batch_size, args.dtype, args.strategy)
     x, y = x_train[:args.batch_size], y_train[:args.batch_size]
     NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype).update_mini_batch(x, y, 0.0)
     os.makedirs(args.out, exist_ok=True)

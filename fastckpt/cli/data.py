@@ -1,5 +1,7 @@
 """The data a command trains on: ``--data`` or the embedded digits, refused when ``--sizes`` do not fit it."""
+from fastckpt.core.resources import check_fits
 from fastckpt.data import load_mnist
+from fastckpt.planner import plan as make_plan
 
 
 def load_data(path, sizes):
@@ -9,3 +11,11 @@ def load_data(path, sizes):
         raise ValueError(f"--sizes {','.join(map(str, sizes))} do not fit the data: it has "
                          f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
     return (x_train, y_train), (x_test, y_test)
+
+
+def check_trainable(sizes, batch_size, dtype, strategy):
+    """The plan of a training step, refused (naming --sizes) when this process could not hold it."""
+    plan = make_plan(sizes, batch_size, dtype, strategy)
+    check_fits(plan.bytes()["total"], f"a training step of {','.join(map(str, sizes))} at batch {batch_size} "
+               f"({strategy})", f"--sizes {','.join(map(str, sizes))}")
+    return plan

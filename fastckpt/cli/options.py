@@ -50,7 +50,24 @@ def sizes(text):
         raise argparse.ArgumentTypeError(f"--sizes must be comma-separated integers, got {text!r}") from None
     if len(values) < 2 or min(values) < 1:
         raise argparse.ArgumentTypeError(f"--sizes needs at least two widths >= 1, got {text!r}")
+    if max(values) > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"--sizes: a layer of {max(values)} units is more than any machine holds "
+                                         f"the weights of (at most {MAX_WIDTH})")
     return values
+
+
+MAX_WIDTH = 2**31 - 1          # units in one layer: more than any machine holds the weights of
+
+
+def seed(text):
+    """A numpy.random seed: an integer 0 .. 2**32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**32 - 1 (numpy.random's seeds), got {value}")
+    return value
 
 
 def positive(text):

@@ -81,7 +81,7 @@ def _compare(p):
                    help="shorthand for --strategies every_nth(N),sqrt (default: off)")
     p.add_argument("--epochs", type=o.positive, default=10, help="passes over the training data")
     p.add_argument("--eta", type=o.rate, default=3.0, help="SGD learning rate")
-    p.add_argument("--seed", type=int, default=0, help="numpy.random seed of the initial weights")
+    p.add_argument("--seed", type=o.seed, default=0, help="numpy.random seed of the initial weights")
     p.add_argument("--data", default=None, help=DATA_HELP + ")")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write summary.md and the plots (PNG) in DIR (default: print only)")
@@ -127,7 +127,7 @@ def _train(p):
     p.add_argument("--epochs", type=o.positive, default=10,
                    help="epochs in all; with --resume, counting those the file has done")
     unset("--eta", o.rate, "SGD learning rate", "eta")
-    unset("--seed", int, "numpy.random seed of the initial weights", "seed")
+    unset("--seed", o.seed, "numpy.random seed of the initial weights", "seed")
     p.add_argument("--data", default=None, help=DATA_HELP + ", or the --resume file's)")
     _train_parallel(p)
     p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default=None,

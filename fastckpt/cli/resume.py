@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from fastckpt.core.files import npz_name
+from fastckpt.data import source_files
 from fastckpt.nets import load
 from fastckpt.planner.strategies import format_bytes
 
@@ -71,12 +72,15 @@ def resumed(args, modes):
         raise ValueError(f"--epochs {args.epochs}: the --resume file has already trained {state['epochs_done']} "
                          "epochs; give more epochs in all")
     per_update = args.parallel_batches
-    if per_update is None and args.threads == 1 and state["parallel_batches"] > 1:
+    if per_update is None and state["parallel_batches"] > 1:
         per_update = state["parallel_batches"]                    # the file's, as for every other setting
     if state["parallel_batches"] != (per_update or args.threads):
         raise ValueError(f"--threads {args.threads} and --parallel-batches {per_update or args.threads} "
                          f"average {per_update or args.threads} mini-batches per update, but the --resume file's "
                          f"run averaged {state['parallel_batches']}: give the same")
+    if args.save is None:
+        raise ValueError(f"--resume {args.resume!r} without --save would train and keep nothing: add --save FILE "
+                         f"(--save {args.resume!r} goes on in that file)")
     np.random.set_state(state["rng"])
     return net, state, dict(saved, data=data, parallel_batches=per_update)
 
@@ -118,19 +122,18 @@ def _check_state(state, path):
 
 
 def fingerprint(data):
-    """SHA-256 of the data file, or of an IDX folder's files in name order; None for the embedded digits."""
+    """SHA-256 of the files the loader reads for ``data`` (the file, or an IDX folder's four files by name,
+    nothing else in the folder); None for the embedded digits."""
     if data is None:
         return None
     digest = hashlib.sha256()
-    folder = not os.path.isfile(data)
-    files = sorted(os.path.join(data, f) for f in os.listdir(data)) if folder else [data]
-    for name in files:
-        if os.path.isfile(name):
-            if folder:
-                digest.update(os.path.basename(name).encode() + b"\0")
-            with open(name, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
+    folder = os.path.isdir(data)
+    for name in source_files(data):
+        if folder:
+            digest.update(os.path.basename(name).encode() + b"\0")
+        with open(name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 

@@ -4,19 +4,21 @@ The parsed arguments are read, never changed: :func:`settle` makes the run's
 :class:`Run` from them, the --resume file and :data:`~fastckpt.cli.options.TRAIN_DEFAULTS`.
 """
 import json
+import sys
 import time
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fastckpt.engine.loop import SkippedSamples
 from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.nets.io import save_arrays
 from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorParallelTrainer
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
-from fastckpt.planner import plan as make_plan
 
-from .data import load_data
+from .data import check_trainable, load_data
 from .guard import RankGuard
 from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
 from .resume import SETTINGS, Saver, fingerprint, resumed, training_state
@@ -81,6 +83,7 @@ def train(args):
     modes = modes_of(args)
     net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
     run = settle(args, saved)
+    check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy)     # before any rank allocates it
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if args.pipeline and args.pipeline != guard.ranks:
         raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
@@ -91,13 +94,14 @@ def train(args):
         raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
                          f"has {len(x_train)}")
     lead = guard is None or guard.rank == 0
+    if not lead:
+        warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
     done = state["epochs_done"] if state else 0
     t0 = time.perf_counter()
     if args.pipeline or args.tensor_parallel:
         times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead)
     else:
         if net is None:
-            make_plan(run.sizes, run.batch_size, run.dtype, run.strategy)
             np.random.seed(run.seed)
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
                                            l2=run.l2)
@@ -148,6 +152,10 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     epochs = args.epochs - done
     per_update = run.parallel_batches
     save = Saver(args.save, args.force, lead)
+    averaged = per_update or (args.threads if not args.mpi else None)
+    if lead and not args.json and averaged and averaged > 1:
+        print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "
+              f"times fewer updates at the same --eta {run.eta} (a larger --eta makes up for it)", file=sys.stderr)
 
     def saved(epoch, updates):
         """After each epoch: the net and where training stands, for --resume."""
@@ -189,6 +197,17 @@ def _report(args, run, state, done, times, accuracies, workers, seconds):
           + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
           + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
           f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
-          + (f", {workers}" if workers else ""))
+          + "".join(f", {key.replace('_', ' ')} {_shown(value)}" for key, value in workers.items()))
     if args.save:
         print(f"saved to {args.save}" + ("" if args.save.endswith(".npz") else ".npz"))
+
+
+def _shown(value):
+    """A result for people: fractions to 3 digits, byte counts with separators, lists as they read."""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, int):
+        return f"{value:,d}"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)

@@ -35,12 +35,14 @@ from typing import NamedTuple
 import numpy as np
 
 from fastckpt._version import __version__
+from fastckpt.data import npz_header
 
 from .files import atomic_write, npz_name
 
 FORMAT = "fastckpt-network"
 FORMAT_VERSION = 1
-_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError)
+# RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile cannot read
 
 
 NET_FIELDS = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward")
@@ -160,6 +162,10 @@ def _members(archive, path):
             raise ValueError(f"path {path!r}: {name} is {got_dtype}, but "
                              + (f"the file's dtype is {dtype}" if "meta" in headers else
                                 f"a version-0 file's weights and biases must all be {dtype}"))
+        try:
+            npz_header(archive, path, stored)        # its bytes are possible for the file: nothing huge allocated
+        except ValueError as exc:
+            raise ValueError(f"path {path!r}: {exc}") from None
         members[name] = archive[stored]
     return meta, members
 
@@ -168,8 +174,11 @@ def _members(archive, path):
 def _headers(archive, path):
     """``{member: (shape, dtype)}`` from each ``.npy`` header, read before any data (no allocation)."""
     headers = {}
-    for name in archive.files:
-        with archive.zip.open(name + ".npy") as f:
+    for member in archive.zip.namelist():
+        if not member.endswith(".npy"):
+            raise ValueError(f"path {path!r}: member {member!r} is not a .npy array; a saved net holds only those")
+        name = member[:-len(".npy")]
+        with archive.zip.open(member) as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
                 shape, _, dtype = np.lib.format.read_array_header_1_0(f)
@@ -193,7 +202,7 @@ def _meta(archive, headers, path):
         raise ValueError(f"path {path!r}: its meta member must be one JSON string, got shape {shape} of {dtype}")
     try:
         meta = json.loads(str(archive["meta"][()]))
-    except (ValueError, TypeError, IndexError) as exc:
+    except (ValueError, TypeError, IndexError, RecursionError) as exc:
         raise ValueError(f"path {path!r}: its metadata is not JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         shown = meta.get("format") if isinstance(meta, dict) else meta

@@ -11,7 +11,9 @@ from importlib import resources
 
 import numpy as np
 
-from .readers import read_idx_folder, read_npz
+from .readers import idx_files, npz_header, read_idx_folder, read_npz
+
+__all__ = ["load_mnist", "npz_header", "source_files"]
 
 EMBEDDED_TEST = 1000  # of the 5,000 embedded digits, held out after shuffling
 
@@ -53,6 +55,15 @@ def load_mnist(path=None):
     if os.path.isfile(path):
         return _lab_arrays(read_npz(path), path)
     raise FileNotFoundError(f"MNIST data not found: {path!r} is neither a .npz file nor a folder")
+
+
+def source_files(path):
+    """The files :func:`load_mnist` reads for ``path``: the file itself, or an IDX folder's four files
+    (``[]`` for the embedded digits).  What identifies the data, whatever else lies in its folder."""
+    if path is None:
+        return []
+    path = os.fspath(path)
+    return [p for p in idx_files(path) if p is not None] if os.path.isdir(path) else [path]
 
 
 def _lab_arrays(parts, source):

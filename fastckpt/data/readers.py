@@ -88,6 +88,14 @@ def not_npz(path, head):
 
 def _npz_member(npz, path, key):
     """One array of an open npz, its sizes checked before numpy allocates it."""
+    npz_header(npz, path, key)
+    return npz[key]
+
+
+def npz_header(npz, path, key):
+    """``(shape, dtype)`` of member ``key`` of an open npz (``np.load``), read from its header after checking
+    that the member's sizes are possible for the file (NOTE [ Hostile files ]); nothing is allocated from
+    what it declares.  ValueError naming the file and the member otherwise."""
     member = key if key in npz.zip.namelist() else key + ".npy"
     info = npz.zip.getinfo(member)
     where = f"{path}: {key}"
@@ -114,10 +122,15 @@ def _npz_member(npz, path, key):
     if offset + declared != info.file_size:
         raise _Refused(f"{where} declares shape {shape} of {dtype} ({declared} bytes), but the member holds "
                        f"{info.file_size - offset} data bytes")
-    return npz[key]
+    return tuple(shape), dtype
 
 
 # -- IDX --------------------------------------------------------------------------------------
+def idx_files(folder):
+    """The four IDX files of ``folder`` that :func:`read_idx_folder` reads, in order (None where missing)."""
+    return [_find_idx(folder, name) for name in IDX_FILES.values()]
+
+
 def read_idx_folder(folder):
     """The four IDX files, labels first so the image files' row counts are checked before they are read."""
     paths = {k: _find_idx(folder, name) for k, name in IDX_FILES.items()}

@@ -29,6 +29,16 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     return x_train, y_train, epochs, mini_batch_size, eta
 
 
+class SkippedSamples(UserWarning):
+    """The lab's rule skips the samples after the last full mini-batch; ``skipped`` of ``n`` every epoch."""
+
+    def __init__(self, skipped, n, mini_batch_size, hint):
+        self.skipped, self.n, self.mini_batch_size = skipped, n, mini_batch_size
+        self.what = (f"the last {skipped} of {n} training samples do not fill a mini-batch of {mini_batch_size} "
+                     "and are skipped every epoch, as in the lab")
+        super().__init__(f"SGD: {self.what}" + ("; pass drop_last=False to train on them" if hint else ""))
+
+
 def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     """Starts of the mini-batches of ``n`` samples, in order; warns about the samples the lab's rule skips
     (and, with ``hint``, that ``drop_last=False`` trains on them)."""
@@ -36,9 +46,7 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     if not drop_last and n % mini_batch_size:
         starts.append(starts[-1] + mini_batch_size)
     elif n % mini_batch_size:
-        warnings.warn(f"SGD: the last {n % mini_batch_size} of {n} training samples do not fill a "
-                      f"mini-batch of {mini_batch_size} and are skipped every epoch, as in the lab"
-                      + ("; pass drop_last=False to train on them" if hint else ""), stacklevel=3)
+        warnings.warn(SkippedSamples(n % mini_batch_size, n, mini_batch_size, hint), stacklevel=3)
     return starts
 
 

@@ -25,13 +25,13 @@ from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner.strategies import Fit
 
-from .mpi import Group, lab_loop
+from .mpi import Group, RankTrainer, lab_loop
 
 MODE = "data parallel (--mpi)"
 EXCHANGE_BUFFERS = 3               # gradient-sized buffers of an update's reduce and broadcast, per rank
 
 
-class MPITrainer:
+class MPITrainer(RankTrainer):
     """Train ``net`` with one minibatch per rank and an all-reduced gradient per update.
 
     Parameters

@@ -143,6 +143,14 @@ class Group:
         return weights, biases
 
 
+class RankTrainer:
+    """What every trainer over MPI shares: it holds communicators, which no pickle can carry."""
+
+    def __reduce__(self):
+        raise TypeError(f"a {type(self).__name__} holds MPI communicators and cannot be pickled or copied; "
+                        "save the net instead (gather() gives its weights)")
+
+
 class _Errors:
     """See :meth:`Group.errors`."""
 
@@ -170,7 +178,8 @@ def abort_job(comm, exc, prefix="fastckpt"):
 
 def say(line):
     """``line`` on stderr, given time to reach mpiexec: its proxy drops output still in flight at an abort."""
-    sys.stdout.flush()
+    if sys.stdout is not None:
+        sys.stdout.flush()
     print(line, file=sys.stderr, flush=True)
     time.sleep(0.2)
 

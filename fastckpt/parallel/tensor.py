@@ -68,12 +68,12 @@ from fastckpt.kernels import (
     sgd_step,
 )
 
-from .mpi import Group, lab_loop, random_state
+from .mpi import Group, RankTrainer, lab_loop, random_state
 
 MODE = "tensor parallel (--tensor-parallel)"
 
 
-class TensorParallelTrainer:
+class TensorParallelTrainer(RankTrainer):
     """A sigmoid MLP whose layers are split across the ranks of ``comm``, trained by SGD.
 
     Made on every rank after the same ``np.random.seed``, it starts from the weights

@@ -62,6 +62,9 @@ class DataParallel:
         self._sum = net.params.new_buffer()
         self.last_loss = None
 
+    def __reduce__(self):
+        raise TypeError("a DataParallel holds worker threads and cannot be pickled or copied; pickle its net")
+
     def close(self):
         """Stop the worker threads."""
         if self._pool is not None:

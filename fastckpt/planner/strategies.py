@@ -231,13 +231,15 @@ def parse_bytes(value, where):
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value, flags=re.ASCII)
         if not m or m.group(2).lower() not in _UNITS:
             raise ValueError(f"{where}: cannot read {value!r} as bytes (e.g. 24MiB, 1.5GB, 4096)")
+        if len(m.group(1)) > 40:                      # more digits than any count of bytes (and than int() takes)
+            raise ValueError(f"{where}: a number of {len(m.group(1))} digits is too many bytes to count")
         exact = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]        # no float rounding
         if exact >= _TOO_MANY:
             shown = m.group(0).strip()
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise ValueError(f"{where}: {shown!r} is too many bytes to count")
         if exact.denominator != 1:
-            raise ValueError(f"{where}: {float(exact)} is not a whole number of bytes")
+            raise ValueError(f"{where}: {m.group(0).strip()!r} is not a whole number of bytes")
         value = int(exact)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{where}: bytes must be a positive integer, got {value!r}")

@@ -34,7 +34,7 @@ from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 
-from ..mpi import Group, lab_loop, random_state
+from ..mpi import Group, RankTrainer, lab_loop, random_state
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
 from .runner import StageRunner
 from .schedules import check_schedule, schedule
@@ -43,7 +43,7 @@ from .transport import check_transport
 MODE = "pipeline (--pipeline)"
 
 
-class PipelineTrainer:
+class PipelineTrainer(RankTrainer):
     """Train ``sizes`` with its layers split into one stage per rank of ``comm``.
 
     Parameters
