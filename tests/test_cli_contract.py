@@ -5,6 +5,7 @@ docs/misuse.md lists the cases; each row there has a test here.
 """
 import gzip
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -155,12 +156,41 @@ def _at_most_8_gib():
     resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, 8 * 2**30))
 
 
-@pytest.mark.parametrize("command,prefix", [("train", "error: out of memory: "),
-                                            ("compare", "error: the plain run: out of memory: ")])
-def test_out_of_memory_gets_one_line_and_exit_1(command, prefix):
-    """A 118 GiB weight matrix under an 8 GiB address-space limit; compare's child reports it through the parent."""
+@pytest.mark.parametrize("command,mode", [("train", "plain"), ("compare", "every_nth(2)")])
+def test_a_net_no_process_here_could_hold_is_refused_before_it_allocates(command, mode):
+    """A 118 GiB weight matrix under an 8 GiB address-space limit: refused up front, naming --sizes and the need."""
     proc = _run(command, "--sizes", "784,20000000,10", "--epochs", "1", preexec_fn=_at_most_8_gib)
-    _one_line(proc, 1, prefix + "Unable to allocate", "try a smaller --batch-size or --sizes")
+    line = _one_line(proc, 2, "error: --sizes 784,20000000,10: a training step of 784,20000000,10 at batch 10 "
+                     f"({mode}) needs 238.57 GiB, more than half the ")
+    assert re.search(r"the \d\.\d\d GiB this process can still allocate$", line), line
+
+
+def test_out_of_memory_gets_one_line_and_exit_1(monkeypatch, capsys):
+    """An allocation that fails anyway (the machine filled meanwhile) is one line, exit 1, with what to try."""
+    import fastckpt.cli.train as train_command
+
+    def no_memory(*args, **kw):
+        raise MemoryError("Unable to allocate 118. GiB for an array with shape (20000000, 784)")
+    monkeypatch.setattr(train_command, "NetworkWithCheckpointing", no_memory)
+    assert cli.main(["train", "--epochs", "1"]) == 1
+    assert capsys.readouterr().err == ("fastckpt train: error: out of memory: Unable to allocate 118. GiB for an "
+                                       "array with shape (20000000, 784); try a smaller --batch-size or --sizes\n")
+
+
+def test_compares_child_out_of_memory_reaches_the_parent_as_one_line(monkeypatch, capsys):
+    import json
+
+    import fastckpt.report.compare as compare
+
+    def no_memory(spec):
+        raise MemoryError("Unable to allocate 118. GiB")
+    monkeypatch.setattr(compare, "run_one", no_memory)
+    assert child_main("", "{}") == 1
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said == {"error": "Unable to allocate 118. GiB", "kinds": ["BaseException", "Exception", "MemoryError",
+                                                                    "object"]}
+    assert cli._failure(RunFailed("plain", said["error"], said["kinds"])) == (
+        1, "the plain run: out of memory: Unable to allocate 118. GiB; try a smaller --batch-size or --sizes")
 
 
 def test_a_bug_is_one_line_that_says_so(monkeypatch, capsys):

@@ -83,7 +83,8 @@ def train(args):
     modes = modes_of(args)
     net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
     run = settle(args, saved)
-    check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy)     # before any rank allocates it
+    if not args.pipeline:                  # a pipeline stage plans (and bounds) its own part of the net
+        check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy)     # before any rank allocates it
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if args.pipeline and args.pipeline != guard.ranks:
         raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
