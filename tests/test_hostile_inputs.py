@@ -102,7 +102,8 @@ def test_a_closed_standard_output_is_said_once_not_a_bug(tmp_path):
 @pytest.mark.parametrize("args, said", [
     (["train", "--seed", "-1"], "argument --seed: must be an integer from 0 to 2**32 - 1"),
     (["compare", "--seed", "4294967296"], "argument --seed: must be an integer from 0 to 2**32 - 1"),
-    (["train", "--sizes", "784,99999999999999999999,10"], "--sizes: a layer of 99999999999999999999 units is more"),
+    (["train", "--sizes", "784,99999999999999999999,10"], "argument --sizes: a layer of 99999999999999999999 "
+                                                           "units is more"),
     (["train", "--sizes", "784,2000000000,10"], "--sizes 784,2000000000,10: a training step of"),
     (["plan", "--strategy", "budget(" + "9" * 5000 + ")"], "a number of 5000 digits is too many bytes to count"),
     (["plan", "--strategy", "budget(1024.5)"], "'1024.5' is not a whole number of bytes"),

@@ -51,7 +51,7 @@ def sizes(text):
     if len(values) < 2 or min(values) < 1:
         raise argparse.ArgumentTypeError(f"--sizes needs at least two widths >= 1, got {text!r}")
     if max(values) > MAX_WIDTH:
-        raise argparse.ArgumentTypeError(f"--sizes: a layer of {max(values)} units is more than any machine holds "
+        raise argparse.ArgumentTypeError(f"a layer of {max(values)} units is more than any machine holds "
                                          f"the weights of (at most {MAX_WIDTH})")
     return values
 

@@ -150,12 +150,13 @@ class Plan:
     def describe(self):
         """A few lines for people: what is kept, what is recomputed, and the bytes by part."""
         counts = self.forward_counts
-        runs = ", ".join(f"{int((counts == k).sum())} layers x{k}" for k in sorted(set(counts.tolist())))
+        runs = ", ".join(_count((counts == k).sum(), "layer") + f" x{k}" for k in sorted(set(counts.tolist())))
         order = self.recompute_order
         lines = [
             f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
             f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}",
-            f"kept after the forward pass: {_spans(self.kept)} ({len(self.kept) - 1} activations besides the input)",
+            f"kept after the forward pass: {_spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
+            "input)",
             f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
             f"forward computations per layer: {runs}",
             f"extra FLOPs: {100 * self.extra_flop_fraction:.1f}% of a plain step "
@@ -242,3 +243,8 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
         raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy,
                         optimizer_in_backward=optimizer_in_backward, blas_threads=threads)
+
+
+def _count(n, noun):
+    """``n`` and ``noun``, plural unless one: "1 layer", "3 layers"."""
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
