@@ -30,7 +30,7 @@ def test_a_bare_fastckpt_lists_every_command_with_one_line():
     proc = _run()
     assert proc.returncode == 0 and proc.stderr == ""
     listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")]
-    assert listed == ["compare", "plan", "analyze", "train", "profile"]
+    assert listed == ["compare", "plan", "analyze", "train", "evaluate", "predict", "profile"]
     for line in proc.stdout.splitlines():
         if line.startswith("  "):
             assert len(line.split(None, 1)[1]) > 20, line            # a description, not just a name

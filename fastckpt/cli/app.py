@@ -28,7 +28,7 @@ import warnings
 from fastckpt.engine.loop import SkippedSamples
 from fastckpt.report.compare import RunFailed, builtin_kinds
 
-from . import commands
+from . import commands, use
 from .guard import leave_job
 from .parser import commands_list, parser, settled
 from .paths import check_paths
@@ -50,7 +50,7 @@ def main(argv=None):
         warnings.showwarning = _warning_line(command)            # one line each, as errors are
         args = settled(args)
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
-               "profile": commands.profile, "train": train}
+               "profile": commands.profile, "train": train, "evaluate": use.evaluate, "predict": use.predict}
         check_paths(args)                                          # before any training
         code = run[args.command](args)
         sys.stdout.flush()                                         # a closed pipe shows here, not at exit

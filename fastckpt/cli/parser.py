@@ -177,6 +177,26 @@ def _profile(p):
     p.add_argument("--out", default="fastckpt-profile", metavar="DIR", help="folder for the report")
 
 
+def _use(p, what):
+    p.add_argument("file", metavar="FILE", help="a net saved by train --save or net.save")
+    p.add_argument("--data", default=None, help=DATA_HELP + ")" + (", or a .npy array of inputs, one sample per "
+                                                                       "row" if what == "predict" else ""))
+    p.add_argument("--split", choices=["test", "train"], default="test", help="which part of --data (default: test)")
+
+
+def _evaluate(p):
+    _use(p, "evaluate")
+    _json(p)
+
+
+def _predict(p):
+    _use(p, "predict")
+    p.add_argument("--output", default=None, metavar="FILE",
+                   help="write the class indices there (.npy: an int64 array; else one per line) "
+                        "(default: stdout)")
+    p.add_argument("--force", action="store_true", help="let --output overwrite an existing file")
+
+
 COMMANDS = (  # name, one line, options, description
     ("compare", "train on MNIST plainly and with checkpointing, and compare", _compare,
      "Train the same net from the same seed plainly and with checkpoint strategies; print accuracy, ms per update, "
@@ -184,6 +204,8 @@ COMMANDS = (  # name, one line, options, description
     ("plan", "print the plan of one training step: kept, recomputed, bytes", _plan, None),
     ("analyze", "memory against depth, planned and measured, and the budget trade-off", _analyze, None),
     ("train", "train one net: on one process, on threads, or on MPI ranks (mpiexec); save and resume", _train, None),
+    ("evaluate", "the accuracy of a saved net on --data", _evaluate, None),
+    ("predict", "the class index a saved net gives each sample of --data", _predict, None),
     ("profile", "train under memray: where the peak goes as PNG/SVG (open offline), and memray's flamegraph HTML "
                 "(needs internet)", _profile, None),
 )

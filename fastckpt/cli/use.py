@@ -1,0 +1,83 @@
+"""``fastckpt evaluate FILE`` and ``fastckpt predict FILE``: a saved net on data, from the command line.
+
+``--data`` is what ``train`` reads (the lab's mnist.npz, an IDX folder, or the
+embedded digits); ``predict`` also reads a ``.npy`` array of inputs, one sample
+per row, which has no labels.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+from fastckpt.data import load_mnist
+from fastckpt.nets import load
+
+from .paths import npz_name
+
+
+def evaluate(args):
+    """Accuracy of the saved net on one split of the data (and the count behind it)."""
+    net = _net(args.file)
+    if args.data is not None and args.data.endswith(".npy"):
+        raise ValueError(f"--data {args.data!r}: a .npy array holds inputs without labels; evaluate needs an "
+                         "mnist.npz or an IDX folder (predict takes a .npy)")
+    x, y = _split(args, net)
+    accuracy = net.evaluate(x, y)
+    correct = int(round(accuracy * len(x)))
+    if args.json:
+        print(json.dumps({"file": args.file, "sizes": net.sizes, "split": args.split, "samples": len(x),
+                          "correct": correct, "accuracy": accuracy}, indent=2))
+    else:
+        print(f"{args.file}: accuracy {accuracy:.4f} ({correct} of {len(x)} {args.split} samples)")
+    return 0
+
+
+def predict(args):
+    """The class index of every sample, one per line on stdout or in ``--output``."""
+    net = _net(args.file)
+    if args.data is not None and args.data.endswith(".npy"):
+        x = _inputs(args.data, net.sizes[0])
+    else:
+        x, _ = _split(args, net)
+    labels = net.predict(x).astype(np.int64)
+    if args.output is None:
+        sys.stdout.write("".join(f"{int(k)}\n" for k in labels))
+        return 0
+    if os.path.exists(args.output) and not args.force:
+        raise ValueError(f"--output {args.output!r} exists; pass --force to overwrite it")
+    if args.output.endswith(".npy"):
+        np.save(args.output, labels)
+    else:
+        with open(args.output, "w") as f:
+            f.write("".join(f"{int(k)}\n" for k in labels))
+    print(f"{len(labels)} predictions written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _net(path):
+    if not os.path.isfile(path) and not os.path.isfile(npz_name(path)):
+        raise ValueError(f"FILE {path!r}: no such file")
+    return load(path if os.path.isfile(path) else npz_name(path))
+
+
+def _split(args, net):
+    """(x, y) of ``--split`` from ``--data``, refused when the net does not take its images or give its classes."""
+    train, test = load_mnist(args.data)
+    x, y = train if args.split == "train" else test
+    if x.shape[1] != net.sizes[0] or y.shape[1] != net.sizes[-1]:
+        raise ValueError(f"the net's sizes {net.sizes} do not fit the data: it has {x.shape[1]} inputs and "
+                         f"{y.shape[1]} classes")
+    return x, y
+
+
+def _inputs(path, n_in):
+    """The rows of a ``.npy`` file of inputs, checked without unpickling anything."""
+    try:
+        x = np.load(path, allow_pickle=False, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--data {path!r}: cannot read it as a .npy array: {exc}") from None
+    if x.ndim != 2 or x.shape[1] != n_in or x.dtype.kind not in "fiu":
+        raise ValueError(f"--data {path!r}: holds {x.dtype} of shape {x.shape}; the net takes rows of {n_in} "
+                         "real numbers, one sample per row")
+    return np.asarray(x, dtype=np.float64)
