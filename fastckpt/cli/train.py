@@ -21,6 +21,7 @@ from fastckpt.planner import parse_strategy
 from .data import check_trainable, load_data
 from .guard import RankGuard
 from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
+from .progress import TrainBar
 from .resume import SETTINGS, Saver, fingerprint, resumed, training_state
 
 
@@ -126,6 +127,7 @@ def _model_parallel(args, run, guard, training, test, lead):
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
     save = Saver(args.save, args.force, lead)
+    bar = TrainBar(args, lead, 0)
 
     def saved(epoch, updates):
         """After each epoch, on every rank: the whole net gathered (a collective), saved by rank 0."""
@@ -136,7 +138,7 @@ def _model_parallel(args, run, guard, training, test, lead):
                 exclusive=exclusive, training=training_state(run, trainer.accuracies, epoch + 1, updates,
                                                              len(training[0]), 1)))
     _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
-                         verbose=lead and not args.json, on_epoch=saved)
+                         verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer))
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
         workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
@@ -153,6 +155,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     epochs = args.epochs - done
     per_update = run.parallel_batches
     save = Saver(args.save, args.force, lead)
+    bar = TrainBar(args, lead, done)
     averaged = per_update or (args.threads if not args.mpi else None)
     if lead and not args.json and averaged and averaged > 1:
         print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "
@@ -167,17 +170,19 @@ def _one_net(args, run, net, state, guard, training, test, lead):
         trainer = guard.run(MPITrainer, net)
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
-                             parallel_batches=per_update, verbose=lead and not args.json, on_epoch=saved)
+                             parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,
+                             on_epoch=bar.after(saved, net))
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:
         with DataParallel(net, threads=args.threads) as dp:
             _, times = dp.SGD(training, epochs, run.batch_size, run.eta, test_data=test, parallel_batches=per_update,
-                              verbose=not args.json, on_epoch=saved, first_epoch=done)
+                              verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, net),
+                              first_epoch=done)
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
-        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=not args.json,
-                           on_epoch=saved, first_epoch=done)
+        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=bar.lines,
+                           progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done)
         workers = {}
     return times, before + net.accuracies, workers
 

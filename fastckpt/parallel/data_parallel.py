@@ -128,7 +128,7 @@ class MPITrainer(RankTrainer):
                 "initial weights": "sha256 " + hashlib.sha256(net.params.flat).hexdigest()[:16]}
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True, on_epoch=None):
+            verbose=True, progress=None, on_epoch=None):
         """The lab's loop with ``parallel_batches`` minibatches per update (default: one per rank).
 
         ``parallel_batches`` must be a multiple of the ranks; rank ``r`` takes
@@ -153,4 +153,5 @@ class MPITrainer(RankTrainer):
 
         settings = dict(self._net_settings(), parallel_batches=parallel_batches or self.ranks)
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,
-                        groups=groups, settings=settings, model=net, on_epoch=on_epoch)
+                        groups=groups, settings=settings, model=net, on_epoch=on_epoch,
+                        progress=progress)

@@ -224,7 +224,7 @@ def _ranks(ranks):
 
 
 def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock, *, groups=None,
-             settings=None, model=None, on_epoch=None):
+             settings=None, model=None, on_epoch=None, progress=None):
     """The lab's loop for a trainer over MPI: the data and settings compared across ranks first, then
     ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
 
@@ -234,7 +234,8 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
     ``trainer.update_many`` gets.  ``settings``
     adds the trainer's own to what is compared.  ``model`` (default: the trainer) is what is
     evaluated and keeps the accuracies.  ``on_epoch(epoch, updates)`` is called on every rank after
-    each epoch (it may hold collectives).  Returns (memusage, updatetime); rank 0 prints.
+    each epoch (it may hold collectives), ``progress`` as in ``Network.SGD``.  Returns (memusage,
+    updatetime); rank 0 prints.
     """
     group = trainer.group
     with group.errors() as errors:
@@ -261,4 +262,4 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
                                     [y_train[s:s + mini_batch_size] for s in mine], eta, count)
         errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
         return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock,
-                          on_epoch=on_epoch)
+                          on_epoch=on_epoch, progress=progress)

@@ -180,13 +180,13 @@ class DataParallel:
                 set_blas_threads(threads)
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True, on_epoch=None, first_epoch=0):
+            verbose=True, progress=None, on_epoch=None, first_epoch=0):
         """The lab's loop, ``parallel_batches`` minibatches per update; returns (memusage, updatetime).
 
         Minibatches are taken in order, as the lab does, and samples that do not
         fill the last minibatch are skipped (with a warning).  The last update of
         an epoch averages the minibatches left when fewer than ``parallel_batches``
-        remain.  ``parallel_batches`` defaults to ``threads``.  ``on_epoch`` and
+        remain.  ``parallel_batches`` defaults to ``threads``.  ``progress``, ``on_epoch`` and
         ``first_epoch`` are :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>`'s.
         """
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
@@ -198,8 +198,8 @@ class DataParallel:
         def update(group):
             self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
                                      [y_train[s:s + mini_batch_size] for s in group], eta)
-        return run_epochs(self.net, epochs, groups, update, test_data, verbose, on_epoch=on_epoch,
-                          first_epoch=first_epoch)
+        return run_epochs(self.net, epochs, groups, update, test_data, verbose, progress=progress,
+                          on_epoch=on_epoch, first_epoch=first_epoch)
 
 
 class _Stopped(Exception):
