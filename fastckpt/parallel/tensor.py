@@ -206,11 +206,10 @@ class TensorParallelTrainer(RankTrainer):
             return self._a[-1][:rows.shape[0]].argmax(axis=1)
         return count_correct(x, labels, self.dtype, predict, chunk=chunk) / x.shape[0]
 
-    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None,
-            progress=None):
-        """The lab's loop (:func:`~fastckpt.parallel.mpi.lab_loop`); returns (memusage, updatetime)."""
+    def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, **hooks):
+        """The lab's loop (:func:`~fastckpt.parallel.mpi.lab_loop`, with its hooks); returns (memusage, updatetime)."""
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, nullcontext(),
-                        on_epoch=on_epoch, progress=progress)
+                        **hooks)
 
     def _delta(self, layer, batch):
         """The delta of ``layer``'s output, shaped like ``a[layer + 1]``: the two buffers alternate."""
