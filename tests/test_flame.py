@@ -6,6 +6,7 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
+import fastckpt
 import fastckpt.engine.engine
 from fastckpt.report.flame import OTHER, Box, capture_boxes, peak_tree, short_path, source_kind, write_peak_picture
 
@@ -105,3 +106,29 @@ def test_the_picture_is_a_png_and_a_self_contained_svg(tmp_path):
     assert not re.search(r"""url\(\s*["']?\s*(?:https?:)?//""", svg)
     with pytest.raises(ValueError, match="min_fraction must be in"):
         write_peak_picture(tmp_path / "capture.bin", tmp_path / "no", min_fraction=1.5)
+
+
+def test_every_part_names_an_allocating_line_or_function_of_its_file():
+    from fastckpt.report.flame import _ASSIGNED, PARTS
+    root = os.path.dirname(os.path.dirname(find_spec("fastckpt").origin))
+    for (where, name), part in PARTS.items():
+        lines = open(os.path.join(root, where)).read().splitlines()
+        assigned = [line for line in lines if (m := _ASSIGNED.match(line)) and m.group(1) == name
+                    and re.search(r"np\.(empty|zeros|full|ones)", line)]
+        assert assigned or any(re.match(rf"\s*def {name}\(", line) for line in lines), (where, name, part)
+
+
+@pytest.mark.memory
+def test_a_training_step_s_picture_names_the_plan_s_parts_beside_the_code(tmp_path):
+    import memray
+
+    from fastckpt.report.flame import labels
+    x, y = np.random.default_rng(0).random((64, 50)), np.eye(4)[np.arange(64) % 4]
+    fastckpt.NetworkWithCheckpointing([50, 40, 40, 40, 4], strategy="sqrt").update_mini_batch(x, y, 0.1)  # warm-up
+    with memray.Tracker(tmp_path / "step.bin"):
+        net = fastckpt.NetworkWithCheckpointing([50, 40, 40, 40, 4], strategy="sqrt")
+        net.update_mini_batch(x, y, 0.1)
+    texts = " | ".join(labels(b.frame, b.width)[0] for b in capture_boxes(tmp_path / "step.bin", min_fraction=0))
+    for part in ("[parameters]", "[activations (and the gradients sharing them)]", "[deltas]"):
+        assert part in texts, (part, texts)
+    assert re.search(r"__init__ \[parameters\] \(fastckpt/core/params\.py:\d+\)  0\.\d\d MiB", texts), texts

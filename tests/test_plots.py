@@ -122,6 +122,11 @@ def test_the_written_report_says_which_curves_are_the_same(tmp_path):
     assert memory_labels["every_nth(2)"].endswith("[same as plain]")
     assert memory_labels["sqrt"].endswith("[within 4 KiB of plain]")
     assert "[" not in memory_labels["plain"] + memory_labels["segments(3)"]
+    # the legend speaks of what the axis shows, in its unit: the RSS rise (max of plain's series: 1.98 MiB), and
+    # names the step's own memray peak as a part of it
+    assert memory_labels["plain"] == "plain: RSS rise up to 1.98 MiB, of which the training step's buffers 1.00 MiB " \
+        "(memray)"
+    assert memory_labels["segments(3)"].startswith("segments(3): RSS rise up to 2.98 MiB,")
     time_labels = [s["label"] for s in plots.read_styles(paths["time"]).values()]
     assert sum("[same as plain]" in label for label in time_labels) == 1
     depth_labels = {n: s["label"] for n, s in plots.read_styles(paths["depth"]).items()}

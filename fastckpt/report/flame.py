@@ -3,7 +3,9 @@
 memray's flamegraph HTML loads its scripts from a CDN and is blank without internet; this
 picture (PNG and SVG) reads the same capture file and needs nothing but matplotlib.
 """
+import linecache
 import os
+import re
 from collections import namedtuple
 from functools import cache, lru_cache
 from importlib.util import find_spec
@@ -16,6 +18,21 @@ COLOURS = {"fastckpt": "#4c72b0", "numpy": "#dd8452", "other": "#b4b4b4", "merge
 LEGEND = {"fastckpt": "fastckpt (fastckpt/, kernels/)", "numpy": "numpy", "other": "other code, native frames",
           "merged": "small frames merged"}
 TITLE = "Memory live at memray's high-water mark"
+# Where fastckpt allocates each part of the plan's bytes (fastckpt.planner.plan.Plan.bytes): the file and the
+# name assigned on the allocating line (or the function that returns the allocation), so that a student reads
+# "parameters" beside Parameters.__init__.  tests/test_flame.py checks that every entry names a real line.
+PARTS = {
+    ("fastckpt/core/params.py", "_flat"): "parameters",
+    ("fastckpt/core/params.py", "new_buffer"): "gradients",
+    ("fastckpt/engine/engine.py", "_grad"): "gradients",
+    ("fastckpt/engine/workspace.py", "activations"): "activations (and the gradients sharing them)",
+    ("fastckpt/engine/workspace.py", "deltas"): "deltas",
+    ("fastckpt/engine/workspace.py", "scratch"): "scratch",
+    ("fastckpt/engine/batches.py", "_buffers"): "data: a minibatch's staging rows",
+    ("fastckpt/engine/inference.py", "out"): "evaluation outputs",
+    ("fastckpt/data/__init__.py", "_images"): "data",
+}
+_ASSIGNED = re.compile(r"^\s*(?:self\.)?(\w+)(?:\[[^\]]*\])?\s*=")
 ROW_INCHES, TOP_INCHES, BOTTOM_INCHES = 0.28, 0.5, 0.45
 FONT_POINTS, CHAR_EMS = 7.0, 0.60                # DejaVu Sans: under 0.6 em per character
 
@@ -99,16 +116,28 @@ def _colour_key(frame):
     return "root" if frame is None else "merged" if frame == OTHER else frame.kind
 
 
+def plan_part(frame):
+    """The part of the plan's bytes (:data:`PARTS`) that ``frame``'s line allocates, else None."""
+    if frame is None or frame == OTHER or frame.kind != "fastckpt" or not os.path.isabs(frame.file):
+        return None
+    where = short_path(frame.file)
+    assigned = _ASSIGNED.match(linecache.getline(frame.file, frame.line))
+    return PARTS.get((where, assigned.group(1) if assigned else None)) or PARTS.get((where, frame.function))
+
+
 def labels(frame, width):
-    """Texts for a box, longest first: 'function (file:line)  x MiB', 'function  x MiB', 'function'
-    (the last one cut short with an ellipsis where none fits)."""
+    """Texts for a box, longest first: 'function [part] (file:line)  x MiB', 'function [part]  x MiB',
+    'function [part]', 'function' (the last one cut short with an ellipsis where none fits); [part] is the
+    plan's part the line allocates, where it is one."""
     size = f"{width / MiB:.2f} MiB"
     if frame is None:
         return (f"all  {size}",)
     if frame == OTHER:
         return (f"other  {size}", "other")
     where = f" ({short_path(frame.file)}:{frame.line})" if os.path.isabs(frame.file) else ""
-    return f"{frame.function}{where}  {size}", f"{frame.function}  {size}", frame.function
+    part = plan_part(frame)
+    name = f"{frame.function} [{part}]" if part else frame.function
+    return (f"{name}{where}  {size}", f"{name}  {size}", name) + ((frame.function,) if part else ())
 
 
 def capture_boxes(capture_path, *, min_fraction=0.005, native=None):

@@ -63,12 +63,14 @@ def write_report(out, results, setup):
     title = f"{setup['sizes']}, batch {setup['batch_size']}, {setup['dtype']}"
     paths = {}
     fig, ax = figure()
-    draw(ax, [(r["name"], np.arange(len(r["rss_bytes"])),
-               (np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]) / MiB,
-               f"{r['name']}: a step's own peak {r['memray_peak_bytes'] / MiB:.3f} MiB (memray)") for r in results],
+    curves = [(r["name"], np.arange(len(r["rss_bytes"])),
+               (np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]) / MiB) for r in results]
+    draw(ax, [(name, xs, ys, f"{name}: RSS rise up to {ys.max() if len(ys) else 0:.2f} MiB, of which the "
+               f"training step's buffers {r['memray_peak_bytes'] / MiB:.2f} MiB (memray)")
+              for (name, xs, ys), r in zip(curves, results)],
          near=0.03, gap_text=lambda mib: f"{mib * 1024:.0f} KiB")
     paths["memory"] = save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
-                           "process RSS before the update,\nabove its value before the net was built (MiB)",
+                           "process RSS before the update, above its\nvalue before the net was built (MiB)",
                            f"Memory usage per weight update\n{title}", legend={"fontsize": "small"})
     fig, ax = figure()
     draw(ax, [(r["name"], np.arange(len(r["update_seconds"])), np.cumsum(r["update_seconds"]),
