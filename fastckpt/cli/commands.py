@@ -32,9 +32,10 @@ def compare(args):
         raise ValueError("give --strategies or --every, not both")
     strategies = args.strategies or [parse_strategy(f"every_nth({args.every or 2})"), parse_strategy("sqrt")]
     for s in strategies:                                          # refuse before any training
-        check_trainable(args.sizes, args.batch_size, args.dtype, s)
+        check_trainable(args.sizes, args.batch_size, args.dtype, s, optimizer_in_backward=args.sgd_in_backward)
     setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
-             "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)"}
+             "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)",
+             "sgd_in_backward": args.sgd_in_backward}
     done = []
     with Stopper() as stopper:                                    # SIGINT, SIGTERM, SIGHUP: see _signals
 
@@ -45,7 +46,8 @@ def compare(args):
         try:
             results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
                                          batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
-                                         seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred)
+                                         seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred,
+                                         sgd_in_backward=args.sgd_in_backward)
         except (Stopped, KeyboardInterrupt) as exc:
             stop = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
             names = ", ".join(r["name"] for r in done)

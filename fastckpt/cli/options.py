@@ -8,7 +8,7 @@ from .guard import leave_job
 
 #: ``train``'s settings when neither the command line nor a --resume file gives them
 TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
-                  "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0}
+                  "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0, "sgd_in_backward": False}
 
 #: ``train --pipeline``'s options when not given; without --pipeline they may not be given
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}

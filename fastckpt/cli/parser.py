@@ -66,9 +66,11 @@ def _json(p):
     p.add_argument("--json", action="store_true", help="print the results as JSON for scripts")
 
 
-def _sgd_in_backward(p):
-    p.add_argument("--sgd-in-backward", action="store_true",
-                   help="plan for the optimizer in backward (no gradient buffers)")
+def _sgd_in_backward(p, verb="plan for", default=False):
+    p.add_argument("--sgd-in-backward", action="store_true", default=default,
+                   help=f"{verb} the optimizer in backward: each layer's SGD step as soon as its gradient is final, "
+                        "so no gradient buffers (default: off" + (", or the --resume file's)" if default is None
+                                                                  else ")"))
 
 
 # -- the commands -------------------------------------------------------------------------------
@@ -85,6 +87,7 @@ def _compare(p):
     p.add_argument("--data", default=None, help=DATA_HELP + ")")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write summary.md and the plots (PNG) in DIR (default: print only)")
+    _sgd_in_backward(p, "train every run with")
     _json(p)
 
 
@@ -134,6 +137,7 @@ def _train(p):
                    help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output) "
                         f"(default: {TRAIN_DEFAULTS['loss']}, or the --resume file's)")
     unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
+    _sgd_in_backward(p, "train with", default=None)
     p.add_argument("--save", default=None, metavar="FILE",
                    help="write the net and its training state to FILE (.npz) after every epoch, atomically, so "
                         "that --resume FILE can go on; the folder must exist and the file must not, unless --force "

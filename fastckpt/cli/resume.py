@@ -18,7 +18,7 @@ from fastckpt.data import source_files
 from fastckpt.nets import load
 from fastckpt.planner.strategies import format_bytes
 
-SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data")
+SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward")
 
 # what a --resume file's training state must hold: (kind, least value)
 STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
@@ -62,7 +62,8 @@ def resumed(args, modes):
     _check_state(state, args.resume)
     saved = {"sizes": list(net.sizes), "dtype": net.dtype.name, "strategy": str(net.strategy), "loss": net.loss,
              "l2": net.l2[0] if len(set(net.l2)) == 1 else list(net.l2), "batch_size": state["batch_size"],
-             "eta": state["eta"], "seed": state["seed"], "data": state.get("data")}
+             "eta": state["eta"], "seed": state["seed"], "data": state.get("data"),
+             "sgd_in_backward": net.optimizer_in_backward}
     for key in SETTINGS:
         _check_same(args, key, saved[key], state)
     data = args.data if args.data is not None else saved["data"]

@@ -38,6 +38,7 @@ class Run:
     eta: float
     seed: int
     data: str | None
+    sgd_in_backward: bool
     parallel_batches: int | None
     data_sha256: str | None = None
 
@@ -72,6 +73,10 @@ def modes_of(args):
         flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
         raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
                          "or use --pipeline P with checkpointing inside every stage")
+    if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):
+        raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
+                         f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
+                         "mini-batches are summed first, so leave it out")
     if not modes and launched_ranks() > 1:
         raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
                          "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
@@ -85,7 +90,8 @@ def train(args):
     net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
     run = settle(args, saved)
     if not args.pipeline:                  # a pipeline stage plans (and bounds) its own part of the net
-        check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy)     # before any rank allocates it
+        check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
+                        optimizer_in_backward=run.sgd_in_backward)
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if args.pipeline and args.pipeline != guard.ranks:
         raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
@@ -106,7 +112,7 @@ def train(args):
         if net is None:
             np.random.seed(run.seed)
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
-                                           l2=run.l2)
+                                           l2=run.l2, optimizer_in_backward=run.sgd_in_backward)
         times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
     if guard is not None:
         guard.finish()

@@ -48,7 +48,7 @@ class Progress:
 
 
 def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype, seed, quiet=False,
-                on_result=None, hold=contextlib.nullcontext):
+                on_result=None, hold=contextlib.nullcontext, sgd_in_backward=False):
     """Train plain and each strategy from ``seed``, each in a fresh process; one result dict per run.
 
     A fresh process per run keeps its RSS series clean of what earlier runs
@@ -63,7 +63,8 @@ def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype,
     results = []
     for strategy in ["plain", *map(str, strategies)]:
         spec = {"sizes": list(sizes), "strategy": strategy, "data": data_path, "epochs": epochs,
-                "batch_size": batch_size, "eta": eta, "dtype": dtype, "seed": seed, "quiet": quiet}
+                "batch_size": batch_size, "eta": eta, "dtype": dtype, "seed": seed, "quiet": quiet,
+                "sgd_in_backward": bool(sgd_in_backward)}
         # its own session: a terminal's Ctrl-C or hang-up reaches this process only, which ends the child
         with hold():                                # never a child started and lost
             child = subprocess.Popen([sys.executable, "-c", _CHILD, _package_root(), json.dumps(spec)],
@@ -174,7 +175,7 @@ def run_one(spec):
 
     def seeded():
         np.random.seed(spec["seed"])
-        return _build(sizes, strategy, dtype)
+        return _build(sizes, strategy, dtype, spec.get("sgd_in_backward", False))
     rss_base = psutil.Process().memory_info().rss
     net = seeded()
     bar = None if spec["quiet"] else Progress(spec["strategy"], spec["epochs"])
@@ -203,7 +204,7 @@ def run_one(spec):
             "update_seconds": [float(t) for t in times]}
 
 
-def _build(sizes, strategy, dtype):
+def _build(sizes, strategy, dtype, sgd_in_backward=False):
     if strategy is None or strategy == "plain":
-        return Network(sizes, dtype=dtype)
-    return NetworkWithCheckpointing(sizes, strategy=strategy, dtype=dtype)
+        return Network(sizes, dtype=dtype, optimizer_in_backward=sgd_in_backward)
+    return NetworkWithCheckpointing(sizes, strategy=strategy, dtype=dtype, optimizer_in_backward=sgd_in_backward)

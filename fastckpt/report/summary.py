@@ -39,7 +39,8 @@ def table(results, setup):
     """The text table ``fastckpt compare`` prints."""
     ratios(results)
     lines = [f"{setup['sizes']}, batch {setup['batch_size']}, eta {setup['eta']}, {setup['epochs']} epochs, "
-             f"{setup['dtype']}, seed {setup['seed']}, {setup['data']}",
+             f"{setup['dtype']}, seed {setup['seed']}, {setup['data']}"
+             + (", SGD in backward" if setup.get("sgd_in_backward") else ""),
              "test accuracy per epoch:"]
     for r in results:
         lines.append(f"  {r['name']:<16} " + " ".join(f"{a:.3f}" for a in r["accuracies"]))
