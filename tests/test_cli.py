@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fastckpt
+from fastckpt.planner.pays import does_not_pay
 
 MiB = 2**20
 
@@ -107,11 +108,12 @@ def test_plan_prints_what_the_library_plans():
     proc = _run("plan", "--sizes", "784,64,64,64,10", "--batch-size", "32", "--strategy", "revolve(1)")
     assert proc.returncode == 0, proc.stderr
     expected = fastckpt.plan([784, 64, 64, 64, 10], 32, strategy="revolve(1)")
-    assert proc.stdout.strip() == expected.describe()
+    note = does_not_pay([784, 64, 64, 64, 10], 32, np.float64, "revolve(1)")
+    assert note is not None and proc.stdout.strip() == expected.describe() + "\nnote: " + note
     proc = _run("plan", "--sizes", "784,64,64,64,10", "--batch-size", "32", "--strategy", "revolve(1)", "--json")
     got = json.loads(proc.stdout)
     assert got["bytes"] == expected.bytes() and got["kept"] == list(expected.kept)
-    assert got["forward_counts"] == expected.forward_counts.tolist()
+    assert got["forward_counts"] == expected.forward_counts.tolist() and got["does_not_pay"] == note
 
 
 @pytest.mark.parametrize("args,message", [

@@ -13,6 +13,7 @@ from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.planner import PlanTooCostly, parse_strategy
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.curves import depth_table, tradeoff
+from fastckpt.planner.pays import does_not_pay
 from fastckpt.report import compare as report
 from fastckpt.report.flame import write_peak_picture
 from fastckpt.report.measure import memray_peak
@@ -58,6 +59,10 @@ def compare(args):
         print(json.dumps(summary(results, setup), indent=2))
     else:
         print("\n" + table(results, setup))
+        for s in strategies:
+            note = does_not_pay(args.sizes, args.batch_size, args.dtype, s, optimizer_in_backward=args.sgd_in_backward)
+            if note:
+                print(f"note: {note}")
         if args.out:
             print(f"\nreport written to {args.out}: summary.md, memory_per_update.png, "
                   "cumulative_update_time.png, memory_vs_depth.png")
@@ -67,14 +72,17 @@ def compare(args):
 # -- plan and analyze -------------------------------------------------------------------------
 def show_plan(args):
     p = make_plan(args.sizes, args.batch_size, args.dtype, args.strategy, optimizer_in_backward=args.sgd_in_backward)
+    note = does_not_pay(args.sizes, args.batch_size, args.dtype, args.strategy,
+                        optimizer_in_backward=args.sgd_in_backward)
     if args.json:
         print(json.dumps({"sizes": list(p.sizes), "batch_size": p.batch_size, "dtype": p.dtype.name,
                           "strategy": str(p.strategy), "optimizer_in_backward": p.optimizer_in_backward,
                           "kept": list(p.kept), "recompute_order": list(p.recompute_order),
                           "forward_counts": p.forward_counts.tolist(), "recompute_factor": p.recompute_factor,
-                          "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes()}, indent=2))
+                          "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes(), "does_not_pay": note},
+                         indent=2))
     else:
-        print(p.describe())
+        print(p.describe() + (f"\nnote: {note}" if note else ""))
     return 0
 
 

@@ -17,6 +17,7 @@ from fastckpt.nets.io import save_arrays
 from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorParallelTrainer
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
+from fastckpt.planner.pays import does_not_pay
 
 from .data import check_trainable, load_data
 from .guard import RankGuard
@@ -102,6 +103,9 @@ def train(args):
         raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
                          f"has {len(x_train)}")
     lead = guard is None or guard.rank == 0
+    note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward)
+    if lead and note and not args.json and not args.pipeline:
+        print(f"fastckpt train: note: {note}", file=sys.stderr)
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
     done = state["epochs_done"] if state else 0

@@ -1,0 +1,61 @@
+"""When checkpointing pays (fastckpt.planner.pays) against a scan of every batch, and the one line that says so."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastckpt
+from fastckpt.planner.pays import does_not_pay, pays_from, saving
+
+NETS = [[784, 40, 30, 10], [20, 50, 50, 50, 50, 3], [784] + [64] * 6 + [10]]
+
+
+def _scan(sizes, strategy, fused, upto):
+    """The first batch in 1..upto whose plan holds fewer bytes than plain's, by planning every batch."""
+    for b in range(1, upto + 1):
+        mine = fastckpt.plan(sizes, b, strategy=strategy, optimizer_in_backward=fused).bytes()["total"]
+        if mine < fastckpt.plan(sizes, b, optimizer_in_backward=fused).bytes()["total"]:
+            return b
+    return None
+
+
+@pytest.mark.parametrize("sizes", NETS, ids=lambda s: f"{len(s)}layers")
+@pytest.mark.parametrize("strategy", ["sqrt", "every_nth(2)", "segments(2)"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_batch_it_pays_from_is_the_first_a_scan_finds(sizes, strategy, fused):
+    found = pays_from(sizes, np.float64, strategy, optimizer_in_backward=fused, largest=600)
+    assert found == _scan(sizes, strategy, fused, 600)
+    if found is not None:                                  # and it keeps paying at every larger batch scanned
+        assert all(saving(sizes, b, np.float64, strategy, optimizer_in_backward=fused)[0] > 0
+                   for b in range(found, min(found + 40, 600)))
+
+
+def test_a_strategy_that_never_recomputes_or_chooses_by_bytes_is_not_judged():
+    sizes = [784, 40, 30, 10]
+    for strategy in ("plain", "fit(1MiB)", "budget(1MiB)", "every_nth(1)"):
+        assert does_not_pay(sizes, 10, np.float64, strategy) is None, strategy
+    assert does_not_pay(sizes, 500, np.float64, "sqrt") is None          # it saves there
+
+
+def test_the_line_names_the_cost_and_the_batches_from_which_it_pays():
+    sizes = [784, 40, 30, 10]
+    start, fused = _scan(sizes, "sqrt", False, 600), _scan(sizes, "sqrt", True, 600)
+    extra = fastckpt.plan(sizes, 10, strategy="sqrt").extra_flop_fraction
+    assert does_not_pay(sizes, 10, np.float64, "sqrt") == (
+        "sqrt saves no memory over plain for [784, 40, 30, 10] at batch 10 (the activations fit in the gradient "
+        f"buffers) and runs {100 * extra:.0f}% more FLOPs; it saves from batch {start}, or from batch {fused} with "
+        "the optimizer in backward (--sgd-in-backward)")
+    assert fused == 1 and start > 100
+
+
+def test_plan_train_and_compare_say_it_in_one_line(tmp_path):
+    run = [sys.executable, "-m", "fastckpt"]
+    shown = subprocess.run([*run, "plan", "--strategy", "sqrt"], capture_output=True, text=True, timeout=120)
+    assert shown.stdout.splitlines()[-1].startswith("note: sqrt saves no memory over plain"), shown.stdout
+    quiet = subprocess.run([*run, "plan", "--strategy", "sqrt", "--batch-size", "1000"], capture_output=True,
+                           text=True, timeout=120)
+    assert "note:" not in quiet.stdout
+    trained = subprocess.run([*run, "train", "--strategy", "sqrt", "--epochs", "1"], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+    assert trained.stderr.startswith("fastckpt train: note: sqrt saves no memory over plain"), trained.stderr
