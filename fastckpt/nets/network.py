@@ -6,7 +6,7 @@ import numpy as np
 from fastckpt.core import fileformat
 from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_finite, check_l2, check_sizes
-from fastckpt.core.init import draw_lab, whole
+from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
@@ -25,9 +25,7 @@ class Network:
         Units per layer, input first, e.g. ``[784, 40, 30, 10]``.
     dtype : {numpy.float64, numpy.float32}, optional
         Precision of parameters and activations.  Parameters are drawn in
-        float64 exactly as the lab does (biases, then weights, with
-        ``np.random.randn``), so the same ``np.random.seed`` gives the same
-        starting network, then cast.
+        float64, then cast.
     optimizer_in_backward : bool, optional
         Apply each layer's SGD update as soon as its gradient is final
         (default False): no gradient buffers, so less memory.  An update that
@@ -44,6 +42,14 @@ class Network:
     activation : {"sigmoid", "tanh", "relu"} or sequence of them, optional
         The hidden layers' activation (default ``"sigmoid"``, the lab's), one
         name for all or one per hidden layer.  The output layer follows ``loss``.
+    init : {"lab", "xavier", "glorot", "he", "kaiming"}, optional
+        How the parameters are drawn from ``numpy.random``.  ``"lab"`` (default):
+        as the lab does (biases, then weights, with ``np.random.randn``), so the
+        same ``np.random.seed`` gives the same starting network.  ``"xavier"``
+        (``"glorot"``): weights uniform in ``+-sqrt(6 / (fan_in + fan_out))``,
+        Keras' default.  ``"he"`` (``"kaiming"``): weights normal with standard
+        deviation ``sqrt(2 / fan_in)``, PyTorch's ``kaiming_normal_``.  Biases are
+        0 for both (:mod:`fastckpt.core.init`).
 
     Attributes
     ----------
@@ -73,11 +79,12 @@ class Network:
     training_state = None            # set by fastckpt.load when the file holds one
 
     def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
-                 activation="sigmoid"):
+                 activation="sigmoid", init="lab"):
+        init = check_init(init)
         self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
         weights, biases = self.params.layers()
         blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
-        draw_lab(self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
+        draw(init, self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
 
     @classmethod
     def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
