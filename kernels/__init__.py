@@ -10,7 +10,17 @@ The names below are the kernels' public face: ``fastckpt`` imports them from
 here, never from the modules that define them.
 """
 from ._jit import KernelCacheWarning
-from .activations import bias_log_softmax, bias_sigmoid
+from .activations import (
+    LOG_SOFTMAX,
+    RELU,
+    SIGMOID,
+    TANH,
+    bias_activation,
+    bias_log_softmax,
+    bias_relu,
+    bias_sigmoid,
+    bias_tanh,
+)
 from .blas import NO_TRANS, TRANS, blas_core, blas_threads, set_blas_threads
 from .dense import (
     dense_backward,
@@ -35,8 +45,10 @@ from .transport import (
 )
 
 __all__ = [
-    "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "NONFINITE", "NO_TRANS", "OK", "OVERFLOW", "TRANS",
-    "accumulate", "all_finite", "bfloat16_encode", "bias_log_softmax", "bias_sigmoid", "blas_core", "blas_threads",
+    "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "LOG_SOFTMAX", "NONFINITE", "NO_TRANS", "OK",
+    "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS",
+    "accumulate", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
+    "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads",
     "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward",
     "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode",
     "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",

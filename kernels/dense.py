@@ -1,20 +1,23 @@
-"""Dense sigmoid layer, forward and backward, on batch-major C-contiguous arrays.
+"""Dense layer, forward and backward, on batch-major C-contiguous arrays.
 
-Forward, for a layer with weights ``W`` (n_out, n_in) and bias ``b`` (n_out,):
+Forward, for a layer with weights ``W`` (n_out, n_in), bias ``b`` (n_out,) and activation ``f``
+(sigmoid, tanh, ReLU, or log-softmax for a softmax net's output):
 
-.. math::  A_{out} = \\sigma(A_{in} W^T + b)
+.. math::  A_{out} = f(A_{in} W^T + b)
 
 Backward works on pre-activation deltas ``G = dL/dZ`` and needs only the
-layer's stored input (sigma' = a (1 - a) of the input, which is the output of
-the layer below):
+layer's stored input, the output of the layer below, whose activation's
+derivative is a function of that output:
 
 .. math::
 
     \\nabla W = s\\, G_{out}^T A_{in}, \\quad
     \\nabla b = s \\textstyle\\sum_i G_{out,i,:}, \\quad
-    G_{in} = (G_{out} W) \\odot A_{in} \\odot (1 - A_{in})
+    G_{in} = (G_{out} W) \\odot f'(A_{in}),
 
-with ``s`` the batch-mean scale 1/batch.  So reversing layer ``l`` reads one
+    \\sigma' = a (1 - a), \\quad \\tanh' = (1 - a) (1 + a), \\quad \\mathrm{relu}' = [a > 0]
+
+with ``s`` the batch-mean scale 1/batch (relu'(0) = 0, as in PyTorch).  So reversing layer ``l`` reads one
 activation, ``a[l]``: the checkpointing model of one stored state per step.
 Deltas that would be subnormal are flushed to 0, as activations are: through
 many sigmoid layers float32 deltas sink below 1.2e-38, where the CPU computes
@@ -25,7 +28,7 @@ Every kernel writes into arrays its caller passes; none allocates.
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import bias_log_softmax, bias_sigmoid, smallest_normal
+from .activations import RELU, SIGMOID, TANH, bias_activation, bias_log_softmax, bias_sigmoid, smallest_normal
 from .blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
 
 
@@ -78,18 +81,31 @@ def _bias_sums(dz_out, acc):
 
 
 @inline
-def _delta_in(a_in, w, dz_out, dz_in):
-    """dz_in = (dz_out @ w) * a_in * (1 - a_in): the delta of the layer below, subnormals flushed to 0."""
+def _delta_in(a_in, w, dz_out, dz_in, act_in):
+    """dz_in = (dz_out @ w) * f'(a_in), f the activation of code ``act_in`` that made a_in: the delta of
+    the layer below, subnormals flushed to 0."""
     batch, n_in = a_in.shape
     gemm(NO_TRANS, NO_TRANS, batch, n_in, w.shape[0], 1.0, dz_out, w.shape[0], w, n_in, 0.0, dz_in, n_in)
     tiny = smallest_normal(dz_in)
+    if act_in != SIGMOID and act_in != TANH and act_in != RELU:
+        raise ValueError("dense_backward: the layer below has no derivative from its output")
     for i in range(batch):
         ai = a_in[i]
         di = dz_in[i]
-        for j in range(n_in):
-            aij = np.float64(ai[j])                   # float64 in Python too (NumPy 2 keeps float32)
-            v = np.float64(di[j]) * aij * (1.0 - aij)
-            di[j] = v if abs(v) >= tiny else 0.0
+        if act_in == RELU:
+            for j in range(n_in):
+                v = np.float64(di[j]) if ai[j] > 0 else 0.0
+                di[j] = v if abs(v) >= tiny else 0.0
+        elif act_in == TANH:
+            for j in range(n_in):
+                aij = np.float64(ai[j])
+                v = np.float64(di[j]) * ((1.0 - aij) * (1.0 + aij))
+                di[j] = v if abs(v) >= tiny else 0.0
+        else:
+            for j in range(n_in):
+                aij = np.float64(ai[j])               # float64 in Python too (NumPy 2 keeps float32)
+                v = np.float64(di[j]) * aij * (1.0 - aij)
+                di[j] = v if abs(v) >= tiny else 0.0
 
 
 @kernel
@@ -100,23 +116,23 @@ def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
 
 
 @kernel
-def dense_forward_layer(a_in, w, b, log_softmax, scratch, a_out):
-    """The one forward step of training, recomputation and inference: the log-softmax output
-    layer when ``log_softmax`` (a softmax net's last layer), else a sigmoid layer."""
-    if log_softmax:
-        dense_forward_log_softmax(a_in, w, b, scratch, a_out)
-    else:
-        dense_forward(a_in, w, b, a_out)
+def dense_forward_layer(a_in, w, b, act, scratch, a_out):
+    """The one forward step of training, recomputation and inference: ``a_out = f(a_in @ w.T + b)``
+    for the activation of code ``act`` (``SIGMOID``, ``TANH``, ``RELU``, or ``LOG_SOFTMAX`` for a
+    softmax net's last layer); scratch float64 (>= n_out,)."""
+    _linear(a_in, w, a_out)
+    bias_activation(a_out, b, act, scratch)
 
 
 @kernel
-def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.0):
+def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.0, act_in=SIGMOID):
     """Gradients of one layer from its output delta, and the delta of the layer below.
 
     ``grad_w`` (n_out, n_in) and ``grad_b`` (n_out,) get ``scale``-weighted sums
     over the batch of ``dz_out`` (batch, n_out).  ``dz_in`` (batch, n_in) gets
     the layer below's pre-activation delta unless it has no rows (first layer).
     ``l2`` adds the weight penalty's gradient ``l2 * w`` (biases carry none).
+    ``act_in`` is the code of the activation that made ``a_in``.
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
     batch, n_in = a_in.shape
@@ -133,17 +149,17 @@ def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.
             for c in range(n_in):
                 grad_w[r, c] += np.float64(l2) * np.float64(w[r, c])
     if dz_in.shape[0] > 0:
-        _delta_in(a_in, w, dz_out, dz_in)
+        _delta_in(a_in, w, dz_out, dz_in, act_in)
 
 
 @kernel
-def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0):
+def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0, act_in=SIGMOID):
     """Backward step that applies SGD at once: ``w -= step * dz_out^T a_in``, ``b -= step * sum(dz_out)``.
 
     ``dz_in`` is computed first, from the weights before the update, so the
     result equals computing the gradient and then updating (up to the rounding
     of folding ``step`` into the GEMM).  ``decay`` = eta * l2 shrinks ``w`` by
-    ``1 - decay`` in the same GEMM (its beta).  Returns False when the updated
+    ``1 - decay`` in the same GEMM (its beta); ``act_in`` as in :func:`dense_backward`.  Returns False when the updated
     ``w`` or ``b`` holds a NaN or inf.
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
@@ -152,7 +168,7 @@ def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0):
     if b.shape[0] != n_out:
         raise ValueError("dense_backward_sgd: bias shape does not match the layer")
     if dz_in.shape[0] > 0:
-        _delta_in(a_in, w, dz_out, dz_in)
+        _delta_in(a_in, w, dz_out, dz_in, act_in)
     acc = scratch[:n_out]
     _bias_sums(dz_out, acc)
     bad = 0

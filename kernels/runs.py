@@ -13,7 +13,10 @@ drives the runs, one per segment.  Each row of ``ops`` (int64) is
 
 Every op calls the same layer kernels as a call from Python would, so the numbers are the
 same bit for bit.  Parameters and gradients are flat buffers in the parameter layout
-(``layout`` (L, 2): offsets of each layer's weights and bias).
+(``layout`` (L, 2): offsets of each layer's weights and bias).  ``acts`` (L + 1,) int64 holds
+the code of the activation that makes each state ``a[j]`` (``acts[0]``, for the input, is read
+only when the first layer's backward gives the input's delta, as a pipeline stage's does); the
+output's is ``LOG_SOFTMAX`` for a softmax net with cross-entropy, else the quadratic loss.
 
 Returns ``(status, loss)``.  ``status``: ``OK``; ``BAD_LOSS`` when the loss (plus
 ``penalty``) is not finite, before any backward op ran; ``BAD_UPDATE + layer`` when the
@@ -23,6 +26,7 @@ when ``check_input`` and ``x`` or ``y`` holds a NaN or inf (nothing ran).
 import numpy as np
 
 from ._jit import inline, kernel
+from .activations import LOG_SOFTMAX
 from .dense import dense_backward, dense_backward_sgd, dense_forward_layer
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta
 
@@ -36,7 +40,7 @@ def _matrix(buf, at, rows, cols):
 
 @kernel
 def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
-            scale, sgd, eta, l2, softmax, penalty, check_input, counts, trace, acc, acc_mode, blocks):
+            scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks):
     """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.
 
     ``sgd``: the optimizer in backward with learning rate ``eta`` (``grads`` is then
@@ -48,6 +52,9 @@ def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scra
     """
     batch = x.shape[0]
     n_layers = layout.shape[0]
+    if acts.shape[0] != n_layers + 1:
+        raise ValueError("run_ops: acts needs one code per state")
+    softmax = acts[n_layers] == LOG_SOFTMAX
     step = eta * scale
     if check_input and not (all_finite(x) and all_finite(y)):
         return BAD_INPUT, np.nan
@@ -68,18 +75,18 @@ def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scra
         b = params[layout[layer, 1]:layout[layer, 1] + n_out]
         if kind == 0:
             out = _matrix(arena, ops[i, 3], batch, n_out)
-            dense_forward_layer(a, w, b, softmax and layer == n_layers - 1, scratch, out)
+            dense_forward_layer(a, w, b, acts[layer + 1], scratch, out)
             counts[layer] += 1
         else:
             dz_out = _matrix(deltas, ops[i, 4], batch, n_out)
             dz_in = _matrix(deltas, max(ops[i, 5], 0), batch if ops[i, 5] >= 0 else 0, n_in)
             if sgd:
-                if not dense_backward_sgd(a, w, b, dz_out, step, scratch, dz_in, eta * l2[layer]):
+                if not dense_backward_sgd(a, w, b, dz_out, step, scratch, dz_in, eta * l2[layer], acts[layer]):
                     return BAD_UPDATE + layer, loss
             else:
                 gw = _matrix(grads, layout[layer, 0], n_out, n_in)
                 gb = grads[layout[layer, 1]:layout[layer, 1] + n_out]
-                dense_backward(a, w, dz_out, scale, scratch, gw, gb, dz_in, l2[layer])
+                dense_backward(a, w, dz_out, scale, scratch, gw, gb, dz_in, l2[layer], acts[layer])
     if acc_mode != 0 and hi == ops.shape[0]:
         if acc_mode == 1:
             acc[:] = 0.0

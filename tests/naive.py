@@ -69,3 +69,47 @@ def cross_entropy_backprop(weights, biases, x, y, l2):
             a = acts[layer]
             dz = (dz @ weights[layer]) * a * (1 - a)
     return nabla_b, nabla_w
+
+
+# -- any hidden activation, either loss: written from the formulas, f' from the output -------------
+ACTIVATIONS = {
+    "sigmoid": (sigmoid, lambda a: a * (1 - a)),
+    "tanh": (np.tanh, lambda a: 1 - a ** 2),
+    "relu": (lambda z: np.maximum(z, 0), lambda a: (a > 0).astype(a.dtype)),
+}
+
+
+def forward_net(weights, biases, x, hidden, loss="quadratic"):
+    """Activations [x, a1, ..., aL]: ``hidden[l]`` names layer l's activation (l < L - 1); the
+    output is a sigmoid (quadratic loss) or a softmax (cross-entropy), as probabilities."""
+    acts = [x]
+    for layer, (w, b) in enumerate(zip(weights, biases)):
+        z = acts[-1] @ w.T + b.reshape(1, -1)
+        if layer < len(weights) - 1:
+            acts.append(ACTIVATIONS[hidden[layer]][0](z))
+        else:
+            acts.append(softmax(z) if loss == "cross_entropy" else sigmoid(z))
+    return acts
+
+
+def loss_net(weights, biases, x, y, hidden, loss="quadratic", l2=None):
+    """The mean loss of ``forward_net`` plus the L2 penalty."""
+    out = forward_net(weights, biases, x, hidden, loss)[-1]
+    value = -np.sum(y * np.log(out)) if loss == "cross_entropy" else 0.5 * np.sum((out - y) ** 2)
+    l2 = l2 or [0.0] * len(weights)
+    return value / x.shape[0] + sum(0.5 * c * np.sum(w ** 2) for c, w in zip(l2, weights))
+
+
+def backprop_net(weights, biases, x, y, hidden, loss="quadratic", l2=None):
+    """Batch-mean gradients of ``loss_net`` (nabla_b as (n_out, 1), nabla_w as (n_out, n_in))."""
+    acts = forward_net(weights, biases, x, hidden, loss)
+    l2 = l2 or [0.0] * len(weights)
+    out = acts[-1]
+    dz = out - y if loss == "cross_entropy" else (out - y) * out * (1 - out)
+    nabla_b, nabla_w = [None] * len(weights), [None] * len(weights)
+    for layer in reversed(range(len(weights))):
+        nabla_w[layer] = dz.T @ acts[layer] / x.shape[0] + l2[layer] * weights[layer]
+        nabla_b[layer] = dz.mean(axis=0).reshape(-1, 1)
+        if layer:
+            dz = (dz @ weights[layer]) * ACTIVATIONS[hidden[layer - 1]][1](acts[layer])
+    return nabla_b, nabla_w

@@ -86,17 +86,20 @@ import atexit, json, os, shutil, tempfile
 os.environ["FASTCKPT_CACHE_DIR"] = tempfile.mkdtemp()         # compiled afresh: no assembly for cached code
 atexit.register(shutil.rmtree, os.environ["FASTCKPT_CACHE_DIR"], True)
 import re, numba
-from fastckpt.kernels import bias_sigmoid
+from fastckpt import kernels
 out = {}
-for dt in ("float64", "float32"):
-    arr = numba.types.Array(getattr(numba.types, dt), 2, "C")
-    sig = (arr, numba.types.Array(getattr(numba.types, dt), 1, "C"))
-    bias_sigmoid.compile(sig)
-    asm = bias_sigmoid.inspect_asm(sig)
-    suffix = "pd" if dt == "float64" else "ps"
-    # an instruction line, whatever its operands (AVX-512 reads constants as {1toN} broadcasts)
-    out[dt] = {reg: len(re.findall(r"\bv(?:f[n]?m(?:add|sub)\w*|div)%s\b[^\n]*%%%s" % (suffix, reg), asm))
-               for reg in ("ymm", "zmm")}
+for name in ("bias_sigmoid", "bias_tanh", "bias_relu"):
+    kernel = getattr(kernels, name)
+    for dt in ("float64", "float32"):
+        arr = numba.types.Array(getattr(numba.types, dt), 2, "C")
+        sig = (arr, numba.types.Array(getattr(numba.types, dt), 1, "C"))
+        kernel.compile(sig)
+        asm = kernel.inspect_asm(sig)
+        suffix = "pd" if dt == "float64" else "ps"
+        # an instruction line, whatever its operands (AVX-512 reads constants as {1toN} broadcasts)
+        ops = r"f[n]?m(?:add|sub)\w*|div" if name != "bias_relu" else r"add|max|cmp\w*|blendv"
+        out[f"{name} {dt}"] = {reg: len(re.findall(r"\bv(?:%s)%s\b[^\n]*%%%s" % (ops, suffix, reg), asm))
+                               for reg in ("ymm", "zmm")}
 print(json.dumps(out))
 """
 
@@ -109,11 +112,14 @@ _AVX2_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lz
     ({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": _AVX2_FEATURES}, "ymm"),
     ({"NUMBA_CPU_NAME": "znver4"}, "zmm"),                  # (Skylake-X targets prefer ymm)
 ])
-def test_sigmoid_compiles_to_packed_fma_and_division(target, register):
+def test_activations_compile_to_packed_vector_instructions(target, register):
     """Compiled (not run) for an AVX2 and an AVX-512 CPU: the exp's fused multiply-adds and the division
-    must be packed vector instructions on that CPU's widest registers, in float64 and float32."""
+    of the sigmoid and tanh, and ReLU's add and compare, must be packed vector instructions on that CPU's
+    widest registers, in float64 and float32."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")} | target
     result = subprocess.run([sys.executable, "-c", _ASM_PROBE], env=env, capture_output=True, text=True, check=True)
     counts = json.loads(result.stdout)
     # Horner's fmas of the degree-11 (float64) and degree-6 (float32) polynomials, and the division
-    assert counts["float64"][register] >= 12 and counts["float32"][register] >= 7, counts
+    for name in ("bias_sigmoid", "bias_tanh"):
+        assert counts[f"{name} float64"][register] >= 12 and counts[f"{name} float32"][register] >= 7, counts
+    assert counts["bias_relu float64"][register] >= 2 and counts["bias_relu float32"][register] >= 2, counts

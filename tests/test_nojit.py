@@ -5,24 +5,26 @@ import numpy as np
 import pytest
 
 SCRIPT = r"""
-import json, sys
+import itertools, json, sys
 import numpy as np
 import numba
 from fastckpt import Network, NetworkWithCheckpointing
 from fastckpt.kernels import bias_sigmoid
 out = {"jit_disabled": bool(numba.config.DISABLE_JIT), "python_kernel": not hasattr(bias_sigmoid, "signatures")}
 rng = np.random.default_rng(7)
-x, y = rng.random((6, 9)), rng.random((6, 4))
+x, y = rng.standard_normal((6, 9)), rng.random((6, 4))
 for dtype in ("float64", "float32"):
-    for loss in ("quadratic", "cross_entropy"):
+    for loss, activation in itertools.product(("quadratic", "cross_entropy"), ("sigmoid", ("tanh", "relu"))):
         np.random.seed(2)
-        net = NetworkWithCheckpointing([9, 7, 5, 4], strategy="revolve(1)", dtype=dtype, loss=loss, l2=0.01)
+        net = NetworkWithCheckpointing([9, 7, 5, 4], strategy="revolve(1)", dtype=dtype, loss=loss, l2=0.01,
+                                       activation=activation)
         ff = net.feedforward(x)
         nb, nw = net.backprop(x, y)
         for _ in range(5):
             net.update_mini_batch(x, y, 0.7)
-        out[f"{dtype}-{loss}"] = {"ff": ff.tolist(), "grads": [g.ravel().tolist() for g in nb + nw],
-                                  "after": [p.ravel().tolist() for p in net.weights + net.biases]}
+        out[f"{dtype}-{loss}-{'-'.join(net.activation)}"] = {
+            "ff": ff.tolist(), "grads": [g.ravel().tolist() for g in nb + nw],
+            "after": [p.ravel().tolist() for p in net.weights + net.biases]}
 print(json.dumps(out))
 """
 
@@ -30,6 +32,7 @@ print(json.dumps(out))
 def test_the_kernels_as_python_give_the_compiled_numbers(jit_twins):
     compiled, python = jit_twins(SCRIPT)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
+    assert len([k for k in compiled if "-" in k]) == 8
     for case in (k for k in compiled if "-" in k):             # the same libm and BLAS: the very same numbers
         for part in ("ff", "grads", "after"):
             for got, ref in zip(python[case][part], compiled[case][part]):

@@ -68,7 +68,7 @@ def test_the_file_is_documented_npz_with_its_metadata(tmp_path):
         assert f["weights_1"].shape == (3, 4) and f["biases_1"].shape == (3, 1) and f["weights_1"].dtype == np.float32
     assert meta == {"format": "fastckpt-network", "version": FORMAT_VERSION, "fastckpt_version": fastckpt.__version__,
                     "sizes": [5, 4, 3], "dtype": "float32", "loss": "quadratic", "l2": [0.5, 0.5],
-                    "strategy": "budget(3KiB, once)", "optimizer_in_backward": False,
+                    "strategy": "budget(3KiB, once)", "optimizer_in_backward": False, "activation": ["sigmoid"],
                     "training": {"epochs_done": 2, "note": "mine",
                                  "rng": {"pos": state["rng"][2], "has_gauss": state["rng"][3],
                                          "cached_gaussian": state["rng"][4]}}}
@@ -82,6 +82,34 @@ def test_a_version_0_file_from_the_old_train_save_loads(tmp_path):
     np.savez(tmp_path / "old.npz", *net.weights, *net.biases)       # what train --save wrote before
     loaded = fastckpt.load(tmp_path / "old.npz")
     assert loaded.sizes == [6, 5, 2] and loaded.dtype == np.float32 and loaded.training_state is None
+    _same(loaded, net)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", ["relu", "tanh"]])
+def test_the_activation_is_saved_and_the_loaded_net_computes_the_same(tmp_path, rng, activation):
+    np.random.seed(4)
+    net = NetworkWithCheckpointing([6, 5, 4, 3], strategy="sqrt", activation=activation, loss="cross_entropy")
+    loaded = fastckpt.load(net.save(tmp_path / "a.npz"))
+    x = rng.random((7, 6))
+    names = [activation] * 2 if isinstance(activation, str) else activation
+    assert loaded.activation == tuple(names)
+    np.testing.assert_array_equal(loaded.feedforward(x), net.feedforward(x))
+
+
+def test_a_version_1_file_loads_as_a_sigmoid_net(tmp_path, rng):
+    """What fastckpt 0.3 wrote: no activation in the metadata, version 1."""
+    np.random.seed(1)
+    net = NetworkWithCheckpointing([6, 5, 4, 2], strategy="sqrt")
+    path = net.save(tmp_path / "v1.npz")
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["activation"]
+    meta["version"] = 1
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+    loaded = fastckpt.load(path)
+    assert loaded.activation == ("sigmoid", "sigmoid") and str(loaded.strategy) == "sqrt"
     _same(loaded, net)
 
 
@@ -116,7 +144,11 @@ def _rewrite(path, **changes):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0 and 1"),
+    ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0, 1 and 2"),
+    ({"meta": {"version": 1}}, "a version-1 file has no activation, but this one names ['sigmoid']"),
+    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh' or 'relu'"),
+    ({"meta": {"activation": ["relu", "tanh"]}}, "activation must be one name or a list of one per hidden layer (1)"),
+    ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
     ({"meta": {"format": "something-else"}}, "not a fastckpt net"),
     ({"weights_1": np.zeros((3, 5))}, "weights_1 has shape (3, 5), but sizes [5, 4, 3] need (3, 4)"),
     ({"biases_0": np.zeros((4, 1), np.float32)}, "biases_0 is float32, but the file's dtype is float64"),

@@ -7,9 +7,9 @@ pickle needed) holding:
 * ``meta``: a 0-d unicode array, a JSON object with ``format``
   (``"fastckpt-network"``), ``version`` (:data:`FORMAT_VERSION`),
   ``fastckpt_version``, ``sizes``, ``dtype``, ``loss``, ``l2`` (one per
-  layer), ``strategy`` (its spelling, e.g. ``"revolve(4)"``),
-  ``optimizer_in_backward`` and ``training`` (``null``, or the training state
-  below);
+  layer), ``activation`` (the hidden layers' names, one per layer), ``strategy``
+  (its spelling, e.g. ``"revolve(4)"``), ``optimizer_in_backward`` and
+  ``training`` (``null``, or the training state below);
 * ``weights_0 .. weights_{L-1}``, each (n_out, n_in), and ``biases_0 ..
   biases_{L-1}``, each (n_out, 1), in the stored dtype, bit for bit;
 * with a training state, ``rng_keys``: the 624 uint32 words of
@@ -21,6 +21,7 @@ The training state says where a run stopped, so that it can go on exactly:
 that must not change (``batch_size``, ``eta``, ``drop_last``, ``seed``,
 ``data``, ``n_train``).  ``fastckpt train --resume`` reads it.
 
+Version 1 (fastckpt 0.3) has no ``activation``: its nets are sigmoid nets.
 Version 0 is what ``fastckpt train --save`` wrote in fastckpt 0.1.0: the
 weights then the biases as ``arr_0, arr_1, ...``, with no metadata.  It
 loads with the sizes and dtype read from the arrays, the quadratic loss, no
@@ -40,12 +41,13 @@ from fastckpt.data import npz_header
 from .files import atomic_write, npz_name
 
 FORMAT = "fastckpt-network"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS = (0, 1, 2)                      # the versions this fastckpt reads
 _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError)
 # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile cannot read
 
 
-NET_FIELDS = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward")
+NET_FIELDS = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward", "activation")
 
 
 def write(path, net, weights, biases, *, training=None, exclusive=False):
@@ -208,10 +210,16 @@ def _meta(archive, headers, path):
         shown = meta.get("format") if isinstance(meta, dict) else meta
         raise ValueError(f"path {path!r}: not a fastckpt net (format {shown!r})")
     version = meta.get("version")
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ValueError(f"path {path!r}: format version {version!r}, but this fastckpt reads versions 0 and "
-                         f"{FORMAT_VERSION}; it was written by fastckpt {meta.get('fastckpt_version', '?')}")
-    keys = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward")
+    if type(version) is not int or version not in READS:
+        raise ValueError(f"path {path!r}: format version {version!r}, but this fastckpt reads versions "
+                         f"{', '.join(map(str, READS[:-1]))} and {READS[-1]}; it was written by fastckpt "
+                         f"{meta.get('fastckpt_version', '?')}")
+    if version == 1:
+        if "activation" in meta:
+            raise ValueError(f"path {path!r}: a version-1 file has no activation, but this one names "
+                             f"{meta['activation']!r}")
+        meta["activation"] = "sigmoid"
+    keys = NET_FIELDS
     missing = [k for k in keys if k not in meta]
     if missing:
         raise ValueError(f"path {path!r}: its metadata lacks {', '.join(missing)}")
@@ -226,6 +234,9 @@ def _meta(archive, headers, path):
     if not isinstance(meta["strategy"], str) or not isinstance(meta["loss"], str):
         raise ValueError(f"path {path!r}: strategy and loss must be strings, got {meta['strategy']!r} and "
                          f"{meta['loss']!r}")
+    names = meta["activation"] if isinstance(meta["activation"], list) else [meta["activation"]]
+    if not all(isinstance(v, str) for v in names):
+        raise ValueError(f"path {path!r}: activation must be a name or a list of names, got {meta['activation']!r}")
     return meta
 
 
@@ -246,7 +257,7 @@ def _legacy_meta(headers, path):
         raise ValueError(f"path {path!r}: a version-0 file's weights must be float32 or float64, got {dtype}")
     return {"sizes": [int(shapes[0][1])] + [int(shape[0]) for shape in shapes], "dtype": dtype.name,
             "loss": "quadratic", "l2": 0.0, "strategy": "plain", "optimizer_in_backward": False, "training": None,
-            "version": 0}
+            "activation": "sigmoid", "version": 0}
 
 
 def _wanted(meta, headers, path):

@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import check_eta, check_finite, check_l2
 from fastckpt.core.layout import layer_views, layout_array, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
@@ -36,12 +37,15 @@ class Engine:
         Sigmoid output with the quadratic loss, or softmax output with cross-entropy.
     l2 : float or sequence of float, optional
         L2 penalty ``0.5 * l2 * ||W||^2`` per layer.
+    activation : str or sequence of str, optional
+        The hidden layers' activation, ``"sigmoid"`` (default), ``"tanh"`` or ``"relu"``,
+        or one per hidden layer (:mod:`fastckpt.core.activations`).
 
     An engine runs one step at a time: a second thread that calls it while a
     step runs gets a RuntimeError at once.  Give each thread its own engine.
     """
 
-    def __init__(self, plan, loss="quadratic", l2=0.0):
+    def __init__(self, plan, loss="quadratic", l2=0.0, activation="sigmoid"):
         self.plan = plan
         self.workspace = Workspace(plan)
         self.forward_counts = [0] * plan.n_layers
@@ -55,6 +59,8 @@ class Engine:
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
         self.l2_array = np.array(self.l2, dtype=np.float64)
+        self.activation = check_activation(activation, plan.n_layers)
+        self.acts = state_codes(self.activation, self.loss)      # (L + 1,) codes of the states' activations
         self._grad = None                        # gradients outside the arena, made on first need
         self._busy = threading.Lock()
 
@@ -151,7 +157,7 @@ class Engine:
         for first, (lo, hi) in enumerate(ws.runs):
             status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
                                    ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
-                                   self.l2_array, self.softmax, penalty, first == 0, counts, trace,
+                                   self.l2_array, self.acts, penalty, first == 0, counts, trace,
                                    acc, acc_mode, blocks)
             loss = part if not np.isnan(part) else loss
             if status == BAD_INPUT:

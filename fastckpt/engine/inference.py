@@ -6,31 +6,27 @@ predictions are bit-identical to the activations a training step computes.
 import numpy as np
 
 from fastckpt.core.checks import check_finite
-from fastckpt.kernels import dense_forward_layer
+from fastckpt.kernels import LOG_SOFTMAX, dense_forward_layer
 
 EVAL_CHUNK = 4096  # rows per forward pass in evaluate() and predict()
 
 
-def forward_layer(weights, biases, layer, softmax, a, scratch, out):
-    """``out = a[layer + 1]`` from ``a = a[layer]``: a sigmoid layer, or the log-softmax output
-    of a ``softmax`` net's last layer, through the kernel training runs too."""
-    dense_forward_layer(a, weights[layer], biases[layer], softmax and layer == len(weights) - 1, scratch, out)
-
-
-def forward(params, softmax, a, start, end):
+def forward(params, acts, a, start, end):
     """``[a, a[start+1], ..., a[end]]`` for ``a = a[start]`` (batch, sizes[start]), in fresh arrays.
 
-    A softmax net's output is given as probabilities (training keeps log-probabilities).
+    ``acts`` (L + 1,) holds the code of the activation of each state
+    (:func:`fastckpt.core.activations.state_codes`).  A softmax net's output is given as
+    probabilities (training keeps log-probabilities).
     """
     weights, biases = params.layers()
     scratch = np.empty(max(params.sizes[1:]), dtype=np.float64)
     outs = [a]
     for layer in range(start, end):
         out = np.empty((a.shape[0], params.sizes[layer + 1]), dtype=params.dtype)   # (batch, n_out)
-        forward_layer(weights, biases, layer, softmax, a, scratch, out)
+        dense_forward_layer(a, weights[layer], biases[layer], acts[layer + 1], scratch, out)
         outs.append(out)
         a = out
-    if softmax and end == len(weights) and end > start:
+    if acts[-1] == LOG_SOFTMAX and end == len(weights) and end > start:
         np.exp(outs[-1], out=outs[-1])
     return outs
 

@@ -26,7 +26,7 @@ class NetworkWithCheckpointing(Network):
         Give this or ``checkpoint_every_nth_layer``, not both.  It is parsed
         here; a search (``revolve``, ``budget``) runs when the first step's
         batch size is known, and an impossible budget is refused then.
-    optimizer_in_backward, loss, l2
+    optimizer_in_backward, loss, l2, activation, init
         See :class:`Network`.
     """
 

@@ -34,17 +34,18 @@ def load(path):
 
 def save_arrays(path, sizes, dtype, weights, biases, *, loss="quadratic", l2=0.0, strategy="plain",
                 training=None, exclusive=False):
-    """Save a net known by its arrays (a pipeline or tensor-parallel trainer's gathered ones)."""
-    net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=False)
+    """Save a net known by its arrays (a pipeline or tensor-parallel trainer's gathered ones: sigmoid nets)."""
+    net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=False,
+                activation="sigmoid")
     net.weights, net.biases = weights, biases
     return net.save(path, training=training, exclusive=exclusive)
 
 
-def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward):
+def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward, activation):
     """A net with zero parameters, made without drawing from ``numpy.random``: a
     :class:`NetworkWithCheckpointing` unless ``strategy`` is plain."""
     strategy = parse_strategy(strategy)
-    kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2}
+    kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2, "activation": activation}
     if isinstance(strategy, Plain):
         return Network.blank(sizes, dtype, **kwargs)
     return NetworkWithCheckpointing.blank(sizes, dtype, strategy=strategy, **kwargs)

@@ -4,8 +4,9 @@ import copy
 import numpy as np
 
 from fastckpt.core import fileformat
+from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_finite, check_l2, check_sizes
-from fastckpt.core.init import draw_lab, whole
+from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
@@ -16,7 +17,7 @@ from fastckpt.planner.strategies import Plain
 
 
 class Network:
-    """A fully connected sigmoid network trained by SGD, as the lab's ``Network``.
+    """A fully connected network trained by SGD, as the lab's ``Network`` (sigmoid by default).
 
     Parameters
     ----------
@@ -24,9 +25,7 @@ class Network:
         Units per layer, input first, e.g. ``[784, 40, 30, 10]``.
     dtype : {numpy.float64, numpy.float32}, optional
         Precision of parameters and activations.  Parameters are drawn in
-        float64 exactly as the lab does (biases, then weights, with
-        ``np.random.randn``), so the same ``np.random.seed`` gives the same
-        starting network, then cast.
+        float64, then cast.
     optimizer_in_backward : bool, optional
         Apply each layer's SGD update as soon as its gradient is final
         (default False): no gradient buffers, so less memory.  An update that
@@ -40,6 +39,17 @@ class Network:
     l2 : float or sequence of float, optional
         L2 weight penalty ``0.5 * l2 * ||W||^2``, one number for every layer or
         one per layer (default 0).  Biases carry none.
+    activation : {"sigmoid", "tanh", "relu"} or sequence of them, optional
+        The hidden layers' activation (default ``"sigmoid"``, the lab's), one
+        name for all or one per hidden layer.  The output layer follows ``loss``.
+    init : {"lab", "xavier", "glorot", "he", "kaiming"}, optional
+        How the parameters are drawn from ``numpy.random``.  ``"lab"`` (default):
+        as the lab does (biases, then weights, with ``np.random.randn``), so the
+        same ``np.random.seed`` gives the same starting network.  ``"xavier"``
+        (``"glorot"``): weights uniform in ``+-sqrt(6 / (fan_in + fan_out))``,
+        Keras' default.  ``"he"`` (``"kaiming"``): weights normal with standard
+        deviation ``sqrt(2 / fan_in)``, PyTorch's ``kaiming_normal_``.  Biases are
+        0 for both (:mod:`fastckpt.core.init`).
 
     Attributes
     ----------
@@ -68,26 +78,31 @@ class Network:
     strategy = Plain()
     training_state = None            # set by fastckpt.load when the file holds one
 
-    def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+    def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
+                 activation="sigmoid", init="lab"):
+        init = check_init(init)
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
         weights, biases = self.params.layers()
         blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
-        draw_lab(self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
+        draw(init, self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
 
     @classmethod
-    def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0):
+    def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
+              activation="sigmoid"):
         """A net with zero parameters, made without drawing from ``numpy.random``: for filling in
         known values (:func:`fastckpt.load` does)."""
         self = cls.__new__(cls)
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2)
+        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
         return self
 
-    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2):
+    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2, activation):
         """Everything but the parameters' values (zeros): shared by ``__init__`` and :meth:`blank`."""
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
         self.loss = check_loss(loss)
         self.l2 = check_l2(l2, len(sizes) - 1)
+        self.activation = check_activation(activation, len(sizes) - 1)      # one name per hidden layer
+        self._acts = state_codes(self.activation, self.loss)
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
@@ -143,7 +158,7 @@ class Network:
         engine = self._engine
         if engine is None or engine.plan.batch_size < batch_size:
             self._engine = None                                # free the old workspace first
-            self._engine = engine = Engine(self.plan(batch_size), self.loss, self.l2)
+            self._engine = engine = Engine(self.plan(batch_size), self.loss, self.l2, self.activation)
         return engine
 
     def _engine_for(self, x, name):
@@ -204,7 +219,7 @@ class Network:
     # -- inference --------------------------------------------------------------------------
     def _forward(self, a, start, end):
         with self.params.lock:
-            return forward(self.params, self.loss == "cross_entropy", a, start, end)
+            return forward(self.params, self._acts, a, start, end)
 
     def _as_input(self, a, width, name):
         """(batch, width) contiguous array in the network's dtype, and how to shape results."""
@@ -263,7 +278,7 @@ class Network:
         """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
 
         The format (versioned, documented in :mod:`fastckpt.core.fileformat`)
-        keeps the sizes, dtype, loss, l2, strategy and optimizer mode with the
+        keeps the sizes, dtype, loss, l2, activation, strategy and optimizer mode with the
         parameters bit for bit.  ``training``, a dict, is stored beside them
         (``fastckpt train`` keeps its epoch, update count, accuracies and
         ``numpy.random`` state there).  ``exclusive``: never replace a file (one
@@ -277,4 +292,5 @@ class Network:
     def fields(self):
         """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""
         return {"sizes": list(self.sizes), "dtype": self.dtype.name, "loss": self.loss, "l2": list(self.l2),
-                "strategy": str(self.strategy), "optimizer_in_backward": self.optimizer_in_backward}
+                "strategy": str(self.strategy), "optimizer_in_backward": self.optimizer_in_backward,
+                "activation": list(self.activation)}

@@ -86,7 +86,7 @@ class MPITrainer(RankTrainer):
     def _engine_for(self, batch):
         if self._engine is None or self._engine.plan.batch_size < batch:
             self._engine = None
-            self._engine = Engine(self.plan(batch), self.net.loss, self.net.l2)
+            self._engine = Engine(self.plan(batch), self.net.loss, self.net.l2, self.net.activation)
         return self._engine
 
     def update(self, x, y, eta):
@@ -124,7 +124,8 @@ class MPITrainer(RankTrainer):
         """What must be the same on every rank: the net and its weights (a digest)."""
         net = self.net
         return {"sizes": net.sizes, "dtype": net.dtype.name, "strategy": net.strategy, "loss": net.loss,
-                "l2": list(net.l2), "optimizer_in_backward": net.optimizer_in_backward,
+                "l2": list(net.l2), "activation": list(net.activation),
+                "optimizer_in_backward": net.optimizer_in_backward,
                 "initial weights": "sha256 " + hashlib.sha256(net.params.flat).hexdigest()[:16]}
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,

@@ -109,7 +109,7 @@ class DataParallel:
             net = self.net
             if not self._engines:
                 check_fits(self.predicted_bytes(batch)["total"], f"training on {self.threads} threads", "threads")
-            self._engines[key] = Engine(self.worker_plan(batch), net.loss, net.l2)
+            self._engines[key] = Engine(self.worker_plan(batch), net.loss, net.l2, net.activation)
         return self._engines[key]
 
     def update_mini_batches(self, x_batches, y_batches, eta):

@@ -27,6 +27,7 @@ is what bounds the memory of every micro-batch in flight.
 """
 import numpy as np
 
+from fastckpt.core.activations import state_codes
 from fastckpt.core.layout import layout_array, param_blocks
 from fastckpt.engine.workspace import Workspace
 from fastckpt.kernels import OK, run_ops
@@ -53,6 +54,7 @@ class Stage:
         self.plan = plan
         self.first_stage, self.last_stage = first_stage, last_stage
         self.softmax = bool(softmax and last_stage)
+        self.acts = state_codes(("sigmoid",) * (plan.n_layers - 1), "cross_entropy" if self.softmax else "quadratic")
         self.workspace = ws = Workspace(plan, input_delta=not first_stage, given_delta=not last_stage)
         self.forward_end = ws.forward_end
         self.back_runs = [(max(lo, self.forward_end), hi) for lo, hi in ws.runs if hi > self.forward_end]
@@ -113,7 +115,7 @@ class Stage:
         ws = self.workspace
         grads = ws.gradients()
         return run_ops(ws.table, lo, hi, x, y, params, grads, self._layout, self._sizes, ws.activations,
-                       ws.deltas, ws.scratch, scale, False, 0.0, l2, self.softmax, 0.0, False, self._counts,
+                       ws.deltas, ws.scratch, scale, False, 0.0, l2, self.acts, 0.0, False, self._counts,
                        self._trace, grads if acc is None else acc, mode, self._blocks)
 
     def _evict(self):

@@ -25,6 +25,7 @@ As for data parallelism (NOTE [ No rank waits forever ] in
 """
 import numpy as np
 
+from fastckpt.core.activations import state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
 from fastckpt.core.init import draw_lab, whole
 from fastckpt.core.losses import check_loss, l2_penalty
@@ -225,14 +226,15 @@ class PipelineTrainer(RankTrainer):
         """Fraction of samples whose arg-max output matches the label, on every rank (same data on each)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
         labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        softmax = self.loss == "cross_entropy" and self.last
+        acts = state_codes(("sigmoid",) * (len(self.stage_sizes) - 2),
+                           "cross_entropy" if self.loss == "cross_entropy" and self.last else "quadratic")
 
         def predict(rows):
             a = rows
             if not self.first:
                 a = np.empty((rows.shape[0], self.stage_sizes[0]), dtype=self.dtype)
                 self.comm.Recv(a, source=self.rank - 1, tag=3)
-            out = forward(self.params, softmax, a, 0, len(self.stage_sizes) - 1)[-1]
+            out = forward(self.params, acts, a, 0, len(self.stage_sizes) - 1)[-1]
             if self.last:
                 return out.argmax(axis=1)
             self.comm.Send(np.ascontiguousarray(out), dest=self.rank + 1, tag=3)
