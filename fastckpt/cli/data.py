@@ -3,13 +3,16 @@ from fastckpt.core.resources import check_fits
 from fastckpt.data import load_mnist
 from fastckpt.planner import plan as make_plan
 
+CLASSES = 10                # what every MNIST file holds
+
 
 def load_data(path, sizes):
-    """``load_mnist(path)``, after checking that a net of ``sizes`` takes its images and gives its classes."""
-    (x_train, y_train), (x_test, y_test) = load_mnist(path)
-    if x_train.shape[1] != sizes[0] or y_train.shape[1] != sizes[-1]:
+    """``load_mnist(path, compact=True)`` (images as bytes, labels as class indices), after checking that a
+    net of ``sizes`` takes its images and gives its classes."""
+    (x_train, y_train), (x_test, y_test) = load_mnist(path, compact=True)
+    if x_train.shape[1] != sizes[0] or sizes[-1] != CLASSES:
         raise ValueError(f"--sizes {','.join(map(str, sizes))} do not fit the data: it has "
-                         f"{x_train.shape[1]} inputs and {y_train.shape[1]} classes")
+                         f"{x_train.shape[1]} inputs and {CLASSES} classes")
     return (x_train, y_train), (x_test, y_test)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from fastckpt.data import load_mnist
 from fastckpt.nets import load
 
+from .data import CLASSES
 from .paths import npz_name
 
 
@@ -63,11 +64,11 @@ def _net(path):
 
 def _split(args, net):
     """(x, y) of ``--split`` from ``--data``, refused when the net does not take its images or give its classes."""
-    train, test = load_mnist(args.data)
+    train, test = load_mnist(args.data, compact=True)
     x, y = train if args.split == "train" else test
-    if x.shape[1] != net.sizes[0] or y.shape[1] != net.sizes[-1]:
+    if x.shape[1] != net.sizes[0] or net.sizes[-1] != CLASSES:
         raise ValueError(f"the net's sizes {net.sizes} do not fit the data: it has {x.shape[1]} inputs and "
-                         f"{y.shape[1]} classes")
+                         f"{CLASSES} classes")
     return x, y
 
 

@@ -3,6 +3,7 @@ import operator
 
 import numpy as np
 
+from fastckpt.data.images import Images
 from fastckpt.kernels import all_finite
 
 
@@ -53,9 +54,10 @@ def check_eta(eta):
 
 
 def as_batch(a, width, name, role):
-    """View ``a`` as (batch, width): accepts (batch, width) and the lab's (batch, width, 1)."""
+    """View ``a`` as (batch, width): accepts (batch, width) and the lab's (batch, width, 1).  :class:`Images`
+    stay Images (a minibatch is converted where it is staged)."""
     refuse_masked(a, name)
-    arr = np.asarray(a)
+    arr = a if isinstance(a, Images) else np.asarray(a)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     shape = arr.shape
@@ -71,6 +73,30 @@ def as_batch(a, width, name, role):
     return arr
 
 
+def as_rows(a, width, name, role):
+    """``a`` as (batch, width) rows, not yet converted (:func:`as_batch`), and how to shape results like
+    it: one (width,) vector, one (width, 1) column, a (batch, width, 1) or a (batch, width) batch."""
+    if isinstance(a, Images):
+        return as_batch(a, width, name, role), "batch"
+    arr = np.asarray(a)
+    if arr.ndim == 1 and arr.shape[0] == width:
+        return as_batch(arr.reshape(1, width), width, name, role), "vector"
+    if arr.ndim == 2 and arr.shape == (width, 1):
+        return as_batch(arr.reshape(1, width), width, name, role), "column"
+    return as_batch(arr, width, name, role), "batch3" if arr.ndim == 3 else "batch"
+
+
+def shaped_like(out, layout):
+    """Per-row results ``out`` (batch, ...) shaped like the input :func:`as_rows` saw."""
+    if layout == "vector":
+        return out.reshape(-1)
+    if layout == "column":
+        return out.reshape(-1, 1)
+    if layout == "batch3":
+        return out[:, :, None]
+    return out
+
+
 def refuse_masked(a, name):
     """A masked array's mask would be silently ignored: refuse it."""
     if isinstance(a, np.ma.MaskedArray):
@@ -81,7 +107,7 @@ def refuse_masked(a, name):
 def check_finite_rows(arr, name, chunk=4096):
     """Raise a ValueError naming ``name`` and the first bad index if the (n, m) array holds NaN or inf,
     checked in chunks of rows (no temporary the size of the data)."""
-    if arr.dtype.kind != "f":
+    if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
     for i in range(0, arr.shape[0], chunk):
         part = arr[i:i + chunk]

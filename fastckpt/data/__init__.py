@@ -1,7 +1,9 @@
 """MNIST loaders: the lab's ``mnist.npz``, IDX folders, and an embedded 5,000-digit set.
 
 All return the lab's ``((x_train, y_train), (x_test, y_test))``: x float64 in
-[0, 1] of shape (n, 784), y one-hot float64 of shape (n, 10).
+[0, 1] of shape (n, 784), y one-hot float64 of shape (n, 10); or, with
+``compact=True``, x as :class:`~fastckpt.data.images.Images` (the uint8 bytes,
+read as bytes / 255) and y as uint8 class indices (n,), 9x smaller.
 
 The files are read by :mod:`fastckpt.data.readers` (NOTE [ Hostile files ]).
 """
@@ -11,15 +13,16 @@ from importlib import resources
 
 import numpy as np
 
+from .images import Images
 from .readers import idx_files, npz_header, read_idx_folder, read_npz
 
-__all__ = ["load_mnist", "npz_header", "source_files"]
+__all__ = ["Images", "load_mnist", "npz_header", "source_files"]
 
 EMBEDDED_TEST = 1000  # of the 5,000 embedded digits, held out after shuffling
 
 
-def load_mnist(path=None):
-    """Load MNIST as the lab does.
+def load_mnist(path=None, *, compact=False):
+    """Load MNIST as the lab does, or compactly.
 
     Parameters
     ----------
@@ -35,6 +38,13 @@ def load_mnist(path=None):
         types, and floats outside [0, 1], NaN or inf are refused.  Labels are
         (n,) integers 0..9, or whole-valued floats 0..9 (fractional ones are
         refused, never truncated), or (n, 10) one-hot rows of 0s and a 1.
+    compact : bool, optional
+        False (the default, the lab's arrays): x float64 (n, 784) in [0, 1], y
+        one-hot float64 (n, 10).  True: uint8 images stay bytes, as
+        :class:`~fastckpt.data.images.Images` (float images stay float64), and
+        y is uint8 class indices (n,).  Every fastckpt training, evaluation and
+        prediction takes both and gives the same numbers bit for bit; compact
+        holds 60,000 MNIST images in 47 MB instead of 376 MB.
 
     Returns
     -------
@@ -47,13 +57,15 @@ def load_mnist(path=None):
     ValueError
         Anything else wrong with the data, with the file (and key) named.
     """
+    if not isinstance(compact, bool):
+        raise TypeError(f"compact must be True or False, got {compact!r}")
     if path is None:
-        return _embedded()
+        return _embedded(compact)
     path = os.fspath(path)
     if os.path.isdir(path):
-        return _lab_arrays(read_idx_folder(path), path)
+        return _lab_arrays(read_idx_folder(path), path, compact)
     if os.path.isfile(path):
-        return _lab_arrays(read_npz(path), path)
+        return _lab_arrays(read_npz(path), path, compact)
     raise FileNotFoundError(f"MNIST data not found: {path!r} is neither a .npz file nor a folder")
 
 
@@ -66,26 +78,27 @@ def source_files(path):
     return [p for p in idx_files(path) if p is not None] if os.path.isdir(path) else [path]
 
 
-def _lab_arrays(parts, source):
+def _lab_arrays(parts, source, compact=False):
     out = []
     for split in ("train", "test"):
-        x = _images(parts[f"x_{split}"], f"{source}: x_{split}")
-        y = _one_hot(parts[f"y_{split}"], f"{source}: y_{split}")
+        x = _images(parts[f"x_{split}"], f"{source}: x_{split}", compact)
+        y = _one_hot(parts[f"y_{split}"], f"{source}: y_{split}", compact)
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{source}: x_{split} has {x.shape[0]} images but y_{split} has {y.shape[0]} labels")
         out.append((x, y))
     return tuple(out)
 
 
-def _images(x, name):
-    """(n, 784) float64 in [0, 1] from uint8 0..255 or floats already in [0, 1]."""
+def _images(x, name, compact=False):
+    """(n, 784) float64 in [0, 1] from uint8 0..255 or floats already in [0, 1]; uint8 as
+    :class:`Images` if ``compact``."""
     if not (x.ndim == 3 and x.shape[1:] == (28, 28) or x.ndim == 2 and x.shape[1] == 784):
         raise ValueError(f"{name} has shape {x.shape}, expected (n, 28, 28) or (n, 784)")
     if x.shape[0] == 0:
         raise ValueError(f"{name} holds no images")
     x = x.reshape(x.shape[0], 784)
     if x.dtype == np.uint8:
-        return x / 255.0
+        return Images(x) if compact else x / 255.0
     if x.dtype.kind != "f":
         raise ValueError(f"{name} has dtype {x.dtype}; images must be uint8 (0..255) or floats in [0, 1]")
     x = x.astype(np.float64)
@@ -98,8 +111,9 @@ def _images(x, name):
     return x
 
 
-def _one_hot(y, name):
-    """(n, 10) float64 one-hot from labels 0..9 (integers or whole floats) or from one-hot rows."""
+def _one_hot(y, name, compact=False):
+    """(n, 10) float64 one-hot from labels 0..9 (integers or whole floats) or from one-hot rows; uint8
+    labels (n,) if ``compact``."""
     if y.dtype.kind not in "biuf":
         raise ValueError(f"{name} has dtype {y.dtype}; labels must be integers 0..9 or one-hot rows")
     if y.ndim == 2 and y.shape[1] == 10:
@@ -107,7 +121,7 @@ def _one_hot(y, name):
         if not rows_ok.all():
             i = int(np.argmin(rows_ok))
             raise ValueError(f"{name} has shape {y.shape} but row {i} is not one-hot: {y[i].tolist()}")
-        return y.astype(np.float64)
+        return y.argmax(axis=1).astype(np.uint8) if compact else y.astype(np.float64)
     if y.ndim != 1 or y.dtype.kind == "b":
         raise ValueError(f"{name} has shape {y.shape} and dtype {y.dtype}; labels must be (n,) integers 0..9 "
                          "or (n, 10) one-hot")
@@ -119,13 +133,15 @@ def _one_hot(y, name):
                              "float labels must be whole numbers 0..9")
     if y.size and (y.min() < 0 or y.max() > 9):
         raise ValueError(f"{name} holds labels outside 0..9 (min {y.min()}, max {y.max()})")
+    if compact:
+        return y.astype(np.uint8)
     labels = y.astype(np.int64)
     out = np.zeros((labels.shape[0], 10))
     out[np.arange(labels.shape[0]), labels] = 1
     return out
 
 
-def _embedded():
+def _embedded(compact=False):
     src = resources.files(__name__).joinpath("mnist_5k.csv.gz")
     with src.open("rb") as raw, gzip.open(raw) as f:
         table = np.loadtxt(f, delimiter=",", dtype=np.uint8)
@@ -135,4 +151,4 @@ def _embedded():
     table = table[order]
     train, test = table[:-EMBEDDED_TEST], table[-EMBEDDED_TEST:]
     return _lab_arrays({"x_train": train[:, :784], "y_train": train[:, 784],
-                        "x_test": test[:, :784], "y_test": test[:, 784]}, f"embedded {src.name}")
+                        "x_test": test[:, :784], "y_test": test[:, 784]}, f"embedded {src.name}", compact)

@@ -7,6 +7,7 @@ first need at the largest batch, then reused, so a step allocates nothing.
 import numpy as np
 
 from fastckpt.core.checks import as_batch, as_targets, one_hot_into
+from fastckpt.data.images import Images
 
 
 class Staging:
@@ -47,7 +48,10 @@ class Staging:
         return (self.converted(xb, x_name) if use[0] else xb), (self.converted(yb, y_name) if use[1] else yb)
 
     def converted(self, arr, name):
-        """``arr`` itself if C-contiguous in our dtype, else its values in the buffer for ``name``."""
+        """``arr`` itself if C-contiguous in our dtype, else its values in the buffer for ``name``
+        (:class:`~fastckpt.data.images.Images` computed into it from their bytes)."""
+        if isinstance(arr, Images):
+            return arr.into(self.buffer(name, arr.shape[0], arr.shape[1]))
         if arr.dtype == self.dtype and arr.flags.c_contiguous:
             return arr
         stage = self.buffer(name, arr.shape[0], arr.shape[1])

@@ -2,13 +2,19 @@
 
 Both run the forward kernel that training runs, ``dense_forward_layer``, so
 predictions are bit-identical to the activations a training step computes.
+:class:`ChunkedForward` runs the whole net over at most ``EVAL_CHUNK`` rows at a
+time through buffers made once per call (an input staging buffer and two that the
+layers alternate between), so evaluating or predicting on any number of rows raises
+the peak by :func:`fastckpt.planner.run.inference_bytes`, whatever the depth.
 """
 import numpy as np
 
 from fastckpt.core.checks import check_finite
+from fastckpt.data.images import Images
 from fastckpt.kernels import LOG_SOFTMAX, dense_forward_layer
+from fastckpt.planner.run import EVAL_CHUNK
 
-EVAL_CHUNK = 4096  # rows per forward pass in evaluate() and predict()
+__all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "stage_rows"]
 
 
 def forward(params, acts, a, start, end):
@@ -31,16 +37,72 @@ def forward(params, acts, a, start, end):
     return outs
 
 
+class ChunkedForward:
+    """The whole net's output for up to ``rows`` rows at a time, through two buffers made once.
+
+    ``self(a)`` takes (m, n_in) rows, m <= ``rows``, C-contiguous in the net's dtype, and returns
+    a view of the output (m, n_out) that stays valid until the next call.
+    """
+
+    def __init__(self, params, acts, rows):
+        self.params, self.acts, self.rows = params, acts, int(rows)
+        widest = max(params.sizes[1:])
+        self.buffers = [np.empty(self.rows * widest, dtype=params.dtype) for _ in range(2)]
+        self.scratch = np.empty(widest, dtype=np.float64)
+
+    def __call__(self, a):
+        weights, biases = self.params.layers()
+        m = a.shape[0]
+        for layer, width in enumerate(self.params.sizes[1:]):
+            out = self.buffers[layer % 2][:m * width].reshape(m, width)
+            dense_forward_layer(a, weights[layer], biases[layer], self.acts[layer + 1], self.scratch, out)
+            a = out
+        if self.acts[-1] == LOG_SOFTMAX:
+            np.exp(a, out=a)
+        return a
+
+
+def stage_rows(x, dtype, rows):
+    """A function ``(i, m) -> x[i:i + m]`` as C-contiguous rows of ``dtype``: ``x``'s own rows where they
+    already are, else converted into one staging buffer of ``rows`` rows made here."""
+    if not isinstance(x, Images) and x.dtype == dtype and x.flags.c_contiguous:
+        return lambda i, m: x[i:i + m]
+    stage = np.empty((min(rows, x.shape[0]), x.shape[1]), dtype=dtype)
+
+    def staged(i, m):
+        part = x[i:i + m]
+        if isinstance(part, Images):
+            return part.into(stage[:m])
+        with np.errstate(over="ignore"):                 # overflow to inf is reported by the finiteness check
+            np.copyto(stage[:m], part, casting="unsafe")
+        return stage[:m]
+    return staged
+
+
+def in_chunks(params, acts, x, name, consume, *, chunk=EVAL_CHUNK):
+    """The whole net over the rows of ``x`` (n, n_in), ``chunk`` at a time through buffers made once
+    (NOTE [ Inference bytes ]): ``consume(i, out)`` gets each chunk's output, rows ``i`` on, checked
+    finite on the way in (``name`` in the error)."""
+    n = x.shape[0]
+    run = ChunkedForward(params, acts, min(chunk, n))
+    rows_of = stage_rows(x, params.dtype, chunk)
+    for i in range(0, n, chunk):
+        rows = rows_of(i, min(chunk, n - i))
+        check_finite(rows, name)
+        consume(i, run(rows))
+
+
 def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_data"):
     """How many rows of ``x`` (n, n_in) ``predict`` labels as ``labels`` (n,) says, in chunks of rows.
 
-    Each chunk is made C-contiguous in ``dtype`` and checked finite, then
-    ``predict(chunk)`` returns its class indices, or None where another part
-    of the model (a later pipeline stage) counts them.
+    Each chunk is made C-contiguous in ``dtype`` (in one staging buffer) and checked finite, then
+    ``predict(chunk)`` returns its class indices, or None where another part of the model (a later
+    pipeline stage) counts them.
     """
     hits = 0
+    rows_of = stage_rows(x, np.dtype(dtype), chunk)
     for i in range(0, x.shape[0], chunk):
-        rows = np.ascontiguousarray(x[i:i + chunk], dtype=dtype)
+        rows = rows_of(i, min(chunk, x.shape[0] - i))
         check_finite(rows, name)
         predicted = predict(rows)
         if predicted is not None:

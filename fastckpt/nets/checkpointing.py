@@ -1,7 +1,7 @@
 """The lab's ``NetworkWithCheckpointing``: a :class:`~fastckpt.nets.network.Network` with a checkpoint strategy."""
 import numpy as np
 
-from fastckpt.core.checks import check_positive_int, check_sizes
+from fastckpt.core.checks import check_positive_int, check_sizes, shaped_like
 from fastckpt.planner.strategies import EveryNth, parse_strategy
 
 from .network import Network
@@ -78,4 +78,4 @@ class NetworkWithCheckpointing(Network):
             raise ValueError(f"need 0 <= layer_idx_start <= layer_idx_end <= {n}, got {start} and {end}")
         arr, layout = self._as_input(a, self.sizes[start], "a")
         outs = self._forward(arr, start, end)
-        return [a] + [self._shape_like(o, layout) for o in outs[1:]]
+        return [a] + [shaped_like(o, layout) for o in outs[1:]]

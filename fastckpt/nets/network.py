@@ -5,12 +5,22 @@ import numpy as np
 
 from fastckpt.core import fileformat
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_finite, check_l2, check_sizes
+from fastckpt.core.checks import (
+    as_batch,
+    as_labels,
+    as_rows,
+    check_dtype,
+    check_eta,
+    check_finite,
+    check_l2,
+    check_sizes,
+    shaped_like,
+)
 from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
-from fastckpt.engine.inference import EVAL_CHUNK, count_correct, forward
+from fastckpt.engine.inference import forward, in_chunks
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Plain
@@ -223,34 +233,21 @@ class Network:
 
     def _as_input(self, a, width, name):
         """(batch, width) contiguous array in the network's dtype, and how to shape results."""
-        arr = np.asarray(a)
-        if arr.ndim == 1 and arr.shape[0] == width:
-            layout = "vector"
-            arr = arr.reshape(1, width)
-        elif arr.ndim == 2 and arr.shape == (width, 1):
-            layout = "column"
-            arr = arr.reshape(1, width)
-        else:
-            layout = "batch3" if arr.ndim == 3 else "batch"
-        arr = as_batch(arr, width, name, "input" if width == self.sizes[0] else "receiving")
+        arr, layout = as_rows(a, width, name, "input" if width == self.sizes[0] else "receiving")
         arr = np.ascontiguousarray(arr, dtype=self.dtype)
         check_finite(arr, name)
         return arr, layout
 
-    @staticmethod
-    def _shape_like(out, layout):
-        if layout == "vector":
-            return out.reshape(-1)
-        if layout == "column":
-            return out.reshape(-1, 1)
-        if layout == "batch3":
-            return out[:, :, None]
-        return out
+    def _in_chunks(self, x, name, consume):
+        with self.params.lock:                                 # every chunk sees the same parameters
+            in_chunks(self.params, self._acts, x, name, consume)
 
     def feedforward(self, a):
         """Network output for one (n_in, 1) column, one (n_in,) vector or a batch."""
-        arr, layout = self._as_input(a, self.sizes[0], "a")
-        return self._shape_like(self._forward(arr, 0, self.num_layers - 1)[-1], layout)
+        arr, layout = as_rows(a, self.sizes[0], "a", "input")
+        out = np.empty((arr.shape[0], self.sizes[-1]), dtype=self.dtype)
+        self._in_chunks(arr, "a", lambda i, chunk: out.__setitem__(slice(i, i + chunk.shape[0]), chunk))
+        return shaped_like(out, layout)
 
     def predict(self, x):
         """Class indices: the arg-max output of each sample of a batch, an int for one sample.
@@ -258,20 +255,21 @@ class Network:
         ``x`` is (batch, n_in), the lab's (batch, n_in, 1), one (n_in,) vector
         or one (n_in, 1) column.
         """
-        arr, layout = self._as_input(x, self.sizes[0], "x")
-        with self.params.lock:
-            labels = np.concatenate([self._forward(arr[i:i + EVAL_CHUNK], 0, self.num_layers - 1)[-1].argmax(axis=1)
-                                     for i in range(0, arr.shape[0], EVAL_CHUNK)])
+        arr, layout = as_rows(x, self.sizes[0], "x", "input")
+        labels = np.empty(arr.shape[0], dtype=np.int64)
+        self._in_chunks(arr, "x", lambda i, chunk: chunk.argmax(axis=1, out=labels[i:i + chunk.shape[0]]))
         return int(labels[0]) if layout in ("vector", "column") else labels
 
     def evaluate(self, x_test_data, y_test_data):
         """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
         y = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        with self.params.lock:                                 # every chunk sees the same parameters
-            hits = count_correct(x, y, self.dtype, lambda rows: self._forward(rows, 0, self.num_layers - 1)[-1]
-                                 .argmax(axis=1))
-        return hits / x.shape[0]
+        hits = [0]
+
+        def count(i, chunk):
+            hits[0] += int(np.count_nonzero(chunk.argmax(axis=1) == y[i:i + chunk.shape[0]]))
+        self._in_chunks(x, "x_test_data", count)
+        return hits[0] / x.shape[0]
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):

@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from fastckpt.data.images import Images
 from fastckpt.engine.loop import batch_starts, check_training, pair, run_epochs
 from fastckpt.kernels import blas_threads, set_blas_threads
 
@@ -189,6 +190,10 @@ def describe_data(data, name):
     digest = hashlib.sha256()
     parts = []
     for a in pair(data, name):
+        if isinstance(a, Images):                              # its bytes: no float copy of the data
+            digest.update(a.raw)
+            parts.append(f"{a.shape} uint8 / {a.divisor:g}")
+            continue
         a = np.ascontiguousarray(a)
         digest.update(a)
         parts.append(f"{a.shape} {a.dtype}")
