@@ -160,8 +160,8 @@ def _at_most_8_gib():
 def test_a_net_no_process_here_could_hold_is_refused_before_it_allocates(command, mode):
     """A 118 GiB weight matrix under an 8 GiB address-space limit: refused up front, naming --sizes and the need."""
     proc = _run(command, "--sizes", "784,20000000,10", "--epochs", "1", preexec_fn=_at_most_8_gib)
-    line = _one_line(proc, 2, "error: --sizes 784,20000000,10: a training step of 784,20000000,10 at batch 10 "
-                     f"({mode}) needs 238.57 GiB, more than half the ")
+    line = _one_line(proc, 2, "error: --sizes 784,20000000,10 with --batch-size 10: a training step of "
+                     f"784,20000000,10 at batch 10 ({mode}) needs 238.57 GiB, more than half the ")
     assert re.search(r"the \d\.\d\d GiB this process can still allocate$", line), line
 
 

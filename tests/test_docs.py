@@ -103,7 +103,7 @@ def _strategies():
     names = "plain|every_nth|segments|sqrt|revolve|budget|fit"
     spelled = set()
     for doc in DOCS:
-        spelled |= set(re.findall(rf"(?<![\w(])((?:{names})\(\d[^()`…]*\))", (ROOT / doc).read_text()))
+        spelled |= set(re.findall(rf"(?<![\w(])((?:{names})\(\d[\w.,* ]*\))", (ROOT / doc).read_text()))
     return sorted(spelled)
 
 

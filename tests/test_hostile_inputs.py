@@ -104,7 +104,7 @@ def test_a_closed_standard_output_is_said_once_not_a_bug(tmp_path):
     (["compare", "--seed", "4294967296"], "argument --seed: must be an integer from 0 to 2**32 - 1"),
     (["train", "--sizes", "784,99999999999999999999,10"], "argument --sizes: a layer of 99999999999999999999 "
                                                            "units is more"),
-    (["train", "--sizes", "784,2000000000,10"], "--sizes 784,2000000000,10: a training step of"),
+    (["train", "--sizes", "784,2000000000,10"], "--sizes 784,2000000000,10 with --batch-size 10: a training step of"),
     (["plan", "--strategy", "budget(" + "9" * 5000 + ")"], "a number of 5000 digits is too many bytes to count"),
     (["plan", "--strategy", "budget(1024.5)"], "'1024.5' is not a whole number of bytes"),
     (["plan", "--max-memory", "1024.0000000001"], "'1024.0000000001' is not a whole number of bytes"),
@@ -175,3 +175,76 @@ def test_a_trainer_says_why_it_cannot_be_pickled():
             pickle.dumps(trainer)
     with DataParallel(fastckpt.Network([6, 4, 2])) as dp, pytest.raises(TypeError, match="holds worker threads"):
         pickle.dumps(dp)
+
+
+# -- the second hostile pass -------------------------------------------------------------------
+def test_a_resume_file_pointing_its_data_at_a_device_is_refused_not_read_forever(tmp_path):
+    assert _run("train", "--sizes", "784,8,10", "--epochs", "1", "--save", "r.npz", cwd=tmp_path).returncode == 0
+    with np.load(tmp_path / "r.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["training"]["data"] = "/dev/zero"
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "zero.npz", **arrays)
+    said = _one_line_error(_run("train", "--resume", "zero.npz", "--save", "zero.npz", "--epochs", "2", cwd=tmp_path))
+    assert "--resume 'zero.npz' was trained on --data '/dev/zero', which is not a file or folder now" in said
+
+
+def test_threads_the_system_cannot_start_under_ulimit_v_end_with_a_line_not_a_hang(tmp_path):
+    for threads in ("200", "60"):                   # refused up front (their stacks), or as a thread fails to start
+        proc = _run(shell=f"ulimit -v 1500000; exec {sys.executable} -m fastckpt train --sizes 784,16,10 --epochs 1 "
+                    f"--threads {threads} --json", cwd=tmp_path)
+        assert proc.returncode in (0, 2), proc.stderr
+        if proc.returncode == 2:
+            assert "threads" in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["train", "--force"], "--force lets --save overwrite a file; without --save it would change nothing"),
+    (["predict", "n.npz", "--force"], "--force lets --output replace a file; without --output it would change"),
+    (["train", "--batch-size", "99999999999999"], "--sizes 784,40,30,10 with --batch-size 99999999999999: a "
+                                                  "training step"),
+])
+def test_flags_that_would_do_nothing_or_blame_another_flag(tmp_path, args, said):
+    fastckpt.Network([784, 8, 10]).save(tmp_path / "n.npz")
+    assert said in _one_line_error(_run(*args, cwd=tmp_path))
+
+
+def test_predict_names_the_file_and_the_row_of_a_nan(tmp_path):
+    fastckpt.Network([784, 8, 10]).save(tmp_path / "n.npz")
+    x = np.zeros((9, 784))
+    x[7, 3] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    said = _one_line_error(_run("predict", "n.npz", "--data", "x.npy", cwd=tmp_path))
+    assert "--data 'x.npy' holds NaN or inf (first at row 7, column 3), which no net can classify" in said
+
+
+def test_a_file_made_after_the_command_line_checked_is_never_replaced(tmp_path):
+    from fastckpt.cli.resume import Saver
+    path = tmp_path / "late.npz"
+    save = Saver(str(path), force=False)            # the command line's check passed: no file then
+    path.write_bytes(b"MINE")                       # made by another process before this run's first save
+    net = fastckpt.Network([4, 3, 2])
+    with pytest.raises(ValueError, match="not replaced"):
+        save(lambda p, exclusive: net.save(p, exclusive=exclusive))
+    assert path.read_bytes() == b"MINE"
+
+
+@pytest.mark.memory
+def test_threads_keep_one_step_each_whatever_batch_sizes_come(tmp_path):
+    from fastckpt.parallel import DataParallel
+    from fastckpt.report.measure import memray_peak
+    rng = np.random.default_rng(0)
+    net = fastckpt.NetworkWithCheckpointing([784, 256, 256, 256, 10], strategy="sqrt")
+    with DataParallel(net, threads=2) as dp:
+        x, y = rng.random((1000, 784)), rng.integers(0, 10, 1000)
+        dp.update_mini_batches([x[:500], x[500:]], [y[:500], y[500:]], 0.1)        # warm-up: threads and BLAS
+
+        def sizes():
+            for batch in (500, 490, 480, 470, 460):
+                dp.update_mini_batches([x[:batch], x[500:500 + batch]], [y[:batch], y[500:500 + batch]], 0.1)
+        peak = memray_peak(sizes)
+        assert len(dp._engines) == 2                   # one per worker: each new batch size replaces the old step
+        # the bound counts one step per worker (and the parameters and gradient sum, held already); engines kept
+        # per batch size used to add 45 MiB here
+        assert peak <= dp.predicted_bytes(500)["total"], peak

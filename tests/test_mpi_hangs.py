@@ -67,3 +67,77 @@ def test_a_nan_only_one_rank_reads_is_refused_on_every_rank(tmp_path, case):
     other = said[1 - bad_rank][0]
     assert other.startswith(f"the minibatch refused on rank {bad_rank}: ValueError: ") and message in other, said
     assert said[0][1] == said[1][1] == "trained"                                 # and both went on together
+
+
+SAVE_FAILS = """
+import sys
+from fastckpt.cli.guard import RankGuard
+from fastckpt.cli.resume import Saver
+guard = RankGuard()
+save = Saver(sys.argv[1], force=False, guard=guard)
+
+def write(path, exclusive):                     # rank 0's save fails, as a full disk or a file made meanwhile would
+    raise OSError(28, "No space left on device")
+try:
+    save(write)
+    said = "saved"
+except ValueError as exc:
+    said = str(exc)
+guard.finish()
+with open(f"{sys.argv[1]}.{guard.rank}", "w") as f:
+    f.write(said)
+"""
+
+
+def test_a_save_that_fails_on_rank_0_is_raised_on_every_rank(tmp_path):
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", SAVE_FAILS, str(tmp_path / "w.npz"))
+    assert code == 0 and seconds < LIMIT, err
+    said = [(tmp_path / f"w.npz.{rank}").read_text() for rank in (0, 1)]
+    assert said[0] == said[1] == "[Errno 28] No space left on device", said
+
+
+@pytest.mark.parametrize("other", [["plan"], ["--version"], ["train", "--mpi", "--help"], ["compare"]])
+def test_a_command_that_is_not_a_training_rank_ends_the_job_instead_of_leaving_it_waiting(other):
+    code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, "--mpi", ":", "-n", "1", sys.executable, "-m",
+                                      "fastckpt", *other)
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert "was started by mpiexec as one of 2 processes: only train --mpi, --pipeline P or --tensor-parallel " \
+        "runs as a rank" in err, err
+
+
+@pytest.mark.parametrize("mode", ["mpi", "pipeline", "tensor"])
+def test_save_given_on_one_rank_only_is_refused_on_every_rank(tmp_path, mode):
+    flags = MODES[mode][0]
+    code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, *flags, "--sizes", "784,16,10", "--save",
+                                      str(tmp_path / "p.npz"), ":", "-n", "1", *FASTCKPT, *flags, "--sizes",
+                                      "784,16,10")
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert "the command lines refused" in err or "--save given on rank 0, not given on rank 1" in err, err
+    assert not (tmp_path / "p.npz").exists()
+
+
+MISMATCHED_ETA = """
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = MPITrainer(fastckpt.Network([20, 8, 4]))
+x, y = np.random.default_rng(0).random((10, 20)), np.eye(4)[np.arange(10) % 4]
+try:
+    trainer.update(x, y, 0.1 if rank == 0 else 5.0)
+    said = "trained"
+except ValueError as exc:
+    said = str(exc)
+trainer.update(x, y, 0.1)                          # and both go on together
+with open(f"{sys.argv[1]}.{rank}", "w") as f:
+    f.write(said + "\\n" + str(float(np.sum(trainer.net.weights[0]))))
+"""
+
+
+def test_mpi_trainer_ranks_given_different_etas_refuse_the_update_together(tmp_path):
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", MISMATCHED_ETA, str(tmp_path / "said"))
+    assert code == 0 and seconds < LIMIT, err
+    said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
+    assert said[0][0] == said[1][0] and "eta 0.1, 2 minibatches in all on rank 0, eta 5.0" in said[0][0], said
+    assert said[0][1] == said[1][1]                                              # the same weights after

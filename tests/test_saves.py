@@ -43,7 +43,7 @@ def test_a_first_save_never_replaces_a_file_made_meanwhile(tmp_path):
     path = tmp_path / "new.npz"
     np.random.seed(0)
     net = fastckpt.Network([4, 3, 2])
-    save = Saver(str(path), force=False, lead=True)            # the run begins: no file there yet
+    save = Saver(str(path), force=False)            # the run begins: no file there yet
     other = fastckpt.Network([4, 3, 2])
     other.save(path)                                           # another process saves first
     with pytest.raises(ValueError, match=r"a file appeared there after this run began \(another process\?\); "
@@ -57,7 +57,7 @@ def test_later_saves_of_a_run_replace_its_own_file(tmp_path):
     path = tmp_path / "run.npz"
     np.random.seed(0)
     net = fastckpt.Network([4, 3, 2])
-    save = Saver(str(path), force=False, lead=True)
+    save = Saver(str(path), force=False)
     save(lambda p, exclusive: net.save(p, exclusive=exclusive))
     net.weights[0][0, 0] = 7.0
     save(lambda p, exclusive: net.save(p, exclusive=exclusive))

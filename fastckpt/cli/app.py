@@ -26,6 +26,7 @@ import sys
 import warnings
 
 from fastckpt.engine.loop import SkippedSamples
+from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.report.compare import RunFailed, builtin_kinds
 
 from . import commands, use
@@ -38,6 +39,7 @@ from .train import train
 def main(argv=None):
     command = "fastckpt"
     try:
+        _alone_or_a_rank(sys.argv[1:] if argv is None else list(argv))
         top = parser()
         args = top.parse_args(argv)
         if args.command is None:                                   # a bare ``fastckpt``: what it can do
@@ -78,6 +80,22 @@ BUG = "(a bug: please report it; run with FASTCKPT_DEBUG=1 for the traceback)"
 
 
 SMALLER = {"fastckpt analyze": "--depths, --width or --batch-size"}   # what to shrink when memory runs out
+
+
+def _alone_or_a_rank(argv):
+    """Refuse, before anything else, to run beside other ranks of an mpiexec job as anything but a training
+    rank: a command that ended there without an error (``plan``, ``--help``, ``--version``) would leave
+    the job's training ranks waiting for it forever; an error ends the whole job."""
+    ranks = launched_ranks()
+    if ranks < 2:
+        return
+    words = [a.split("=")[0] for a in argv]
+    if words[:1] == ["train"] and not any(flag in words for flag in ("-h", "--help", "--version")):
+        return                              # a training rank, or one train refuses without its mode flag
+    shown = " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")
+    raise ValueError(f"'fastckpt {shown}' was started by mpiexec as one of {ranks} processes: only "
+                     "train --mpi, --pipeline P or --tensor-parallel runs as a rank (run anything else "
+                     "without mpiexec)")
 
 
 def _failure(exc, command="fastckpt"):

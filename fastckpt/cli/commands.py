@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -12,14 +13,18 @@ from fastckpt.core.resources import check_fits
 from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.planner import PlanTooCostly, parse_strategy
 from fastckpt.planner import plan as make_plan
+from fastckpt.planner.costs import describe_sizes
 from fastckpt.planner.curves import depth_table, tradeoff
 from fastckpt.planner.pays import does_not_pay
+from fastckpt.planner.run import largest_batch
+from fastckpt.planner.strategies import format_bytes
 from fastckpt.report import compare as report
 from fastckpt.report.flame import write_peak_picture
 from fastckpt.report.measure import memray_peak
 from fastckpt.report.plots import plot_depth, plot_tradeoff
 from fastckpt.report.summary import summary, table, write_report
 
+from .bound import step_strategy, whole_run
 from .data import check_trainable, load_data
 from .signals import Stopped, Stopper
 
@@ -71,18 +76,61 @@ def compare(args):
 
 # -- plan and analyze -------------------------------------------------------------------------
 def show_plan(args):
-    p = make_plan(args.sizes, args.batch_size, args.dtype, args.strategy, optimizer_in_backward=args.sgd_in_backward)
-    note = does_not_pay(args.sizes, args.batch_size, args.dtype, args.strategy,
+    if args.max_batch:
+        return show_max_batch(args)
+    run = whole = None
+    if args.data is not None:
+        run = SimpleNamespace(sizes=args.sizes, batch_size=args.batch_size, dtype=args.dtype, strategy=args.strategy,
+                              sgd_in_backward=args.sgd_in_backward)
+        training, test = load_data(args.data, args.sizes)
+        if args.max_memory is not None:
+            run.strategy = step_strategy(run, training, test, args.epochs, False)
+        whole = whole_run(run, training, test, args.epochs, False)
+    strategy = args.strategy if run is None else run.strategy
+    p = make_plan(args.sizes, args.batch_size, args.dtype, strategy, optimizer_in_backward=args.sgd_in_backward)
+    note = does_not_pay(args.sizes, args.batch_size, args.dtype, strategy,
                         optimizer_in_backward=args.sgd_in_backward)
     if args.json:
         print(json.dumps({"sizes": list(p.sizes), "batch_size": p.batch_size, "dtype": p.dtype.name,
                           "strategy": str(p.strategy), "optimizer_in_backward": p.optimizer_in_backward,
                           "kept": list(p.kept), "recompute_order": list(p.recompute_order),
                           "forward_counts": p.forward_counts.tolist(), "recompute_factor": p.recompute_factor,
-                          "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes(), "does_not_pay": note},
-                         indent=2))
+                          "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes(), "does_not_pay": note,
+                          "whole_run": whole}, indent=2))
     else:
         print(p.describe() + (f"\nnote: {note}" if note else ""))
+        if whole is not None:
+            print(f"the whole run on {args.data} ({args.epochs} epochs, as train runs it), predicted bytes:")
+            print("\n".join(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB" for name, value in whole.items()))
+    return 0
+
+
+def show_max_batch(args):
+    """``plan --max-memory B --max-batch``: per strategy and update, the largest batch whose whole run fits B."""
+    if args.max_memory is None:
+        raise ValueError("--max-batch finds the largest batch that fits --max-memory BYTES: give --max-memory")
+    training, test = load_data(args.data, args.sizes)
+    rows = []
+    for strategy in ("plain", "every_nth(2)", "sqrt"):
+        for fused in (False, True):
+            found = largest_batch(args.sizes, args.max_memory, training, test, dtype=args.dtype, strategy=strategy,
+                                  epochs=args.epochs, optimizer_in_backward=fused)
+            batch, p, parts = found if found else (None, None, None)
+            rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
+                         "recompute_factor": p.recompute_factor if p else None,
+                         "whole_run_bytes": parts["total"] if parts else None})
+    if args.json:
+        print(json.dumps({"max_memory": args.max_memory, "sizes": list(args.sizes), "dtype": args.dtype,
+                          "epochs": args.epochs, "data": args.data, "largest": rows}, indent=2))
+        return 0
+    print(f"the largest batch whose whole train run ({args.epochs} epochs on {args.data or 'the embedded digits'}) "
+          f"fits {format_bytes(args.max_memory)}, {describe_sizes(args.sizes)} in {args.dtype}:")
+    print(f"  {'strategy':<14}{'update':<22}{'batch':>7}{'recompute':>11}{'whole run MiB':>15}")
+    for r in rows:
+        update = "optimizer in backward" if r["optimizer_in_backward"] else "gradients kept"
+        cells = (f"{r['batch']:>7}{r['recompute_factor']:>11.2f}{r['whole_run_bytes'] / 2**20:>15.2f}"
+                 if r["batch"] else f"{'none':>7}")
+        print(f"  {r['strategy']:<14}{update:<22}{cells}")
     return 0
 
 

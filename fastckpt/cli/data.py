@@ -20,5 +20,5 @@ def check_trainable(sizes, batch_size, dtype, strategy, *, optimizer_in_backward
     """The plan of a training step, refused (naming --sizes) when this process could not hold it."""
     plan = make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
     check_fits(plan.bytes()["total"], f"a training step of {','.join(map(str, sizes))} at batch {batch_size} "
-               f"({strategy})", f"--sizes {','.join(map(str, sizes))}")
+               f"({strategy})", f"--sizes {','.join(map(str, sizes))} with --batch-size {batch_size}")
     return plan

@@ -73,6 +73,24 @@ class RankGuard:
                 raise
             raise SystemExit(0) from None
 
+    def agree(self, settings):
+        """The command line's own settings (``--save`` given or not, ...) the same on every rank, or a ValueError
+        on every rank naming each difference, reported by rank 0 alone."""
+        self.run(Group(self.comm).agree, settings, "the command lines")
+
+    def lead_does(self, action):
+        """``action()`` on rank 0 alone (a save), its failure raised on every rank together: a rank that
+        failed alone would leave the others waiting in their next collective."""
+        error = None
+        if self.rank == 0:
+            try:
+                action()
+            except Exception as exc:                  # any failure: the other ranks must hear of it
+                error = str(exc) if isinstance(exc, (ValueError, OSError)) else f"{type(exc).__name__}: {exc}"
+        error = self.comm.bcast(error, root=0)
+        if error is not None:
+            raise ValueError(error)
+
     def finish(self):
         """Training ended on every rank: from here this rank may leave on its own."""
         self.pending = False

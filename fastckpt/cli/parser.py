@@ -5,7 +5,7 @@ from fastckpt._version import __version__
 from fastckpt.planner.strategies import Fit, format_bytes, parse_strategy
 
 from . import options as o
-from .options import MAX_MEMORY, PIPELINE_DEFAULTS, STRATEGIES, TRAIN_DEFAULTS, Help, Parser
+from .options import MAX_MEMORY, PIPELINE_DEFAULTS, STRATEGIES, TRAIN_DEFAULTS, TRAIN_MAX_MEMORY, Help, Parser
 
 DATA_HELP = "the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits"
 
@@ -56,10 +56,10 @@ def _common(p, sizes=True):
                    help="precision of parameters and activations")
 
 
-def _strategy(p, default):
+def _strategy(p, default, max_memory=MAX_MEMORY):
     p.add_argument("--strategy", type=o.strategy, default=None,
                    help=f"checkpoint strategy: {STRATEGIES} (default: {default})")
-    p.add_argument("--max-memory", type=o.nbytes, default=None, metavar="BYTES", help=MAX_MEMORY)
+    p.add_argument("--max-memory", type=o.nbytes, default=None, metavar="BYTES", help=max_memory)
 
 
 def _json(p):
@@ -95,6 +95,14 @@ def _plan(p):
     _common(p)
     _strategy(p, "every_nth(2)")
     _sgd_in_backward(p)
+    p.add_argument("--data", default=None,
+                   help="also predict train's whole run on this data, part by part; --max-memory then bounds the "
+                        "whole run as in train (" + DATA_HELP.split(" (")[0] + "; default: the step only)")
+    p.add_argument("--epochs", type=o.positive, default=10, help="epochs of the whole run (with --data)")
+    p.add_argument("--max-batch", action="store_true",
+                   help="with --max-memory: the largest batch whose whole run fits it, for plain, every_nth(2) and "
+                        "sqrt, with the gradients kept and with the optimizer in backward, and what each recomputes "
+                        "(--data or the embedded digits; default: off)")
     _json(p)
 
 
@@ -126,7 +134,7 @@ def _train(p):
     p.add_argument("--dtype", choices=["float64", "float32"], default=None,
                    help=f"precision of parameters and activations (default: {TRAIN_DEFAULTS['dtype']}, or the "
                         "--resume file's)")
-    _strategy(p, "plain, or the --resume file's")
+    _strategy(p, "plain, or the --resume file's", TRAIN_MAX_MEMORY)
     p.add_argument("--epochs", type=o.positive, default=10,
                    help="epochs in all; with --resume, counting those the file has done")
     unset("--eta", o.rate, "SGD learning rate", "eta")

@@ -28,24 +28,33 @@ STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 
 def training_state(run, accuracies, epochs_done, updates_done, n_train, per_update):
     """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
     return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
+            "max_memory": run.max_memory,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
 
 
 class Saver:
-    """``--save FILE`` after every epoch, by rank 0: ``saver(write)`` calls ``write(path, exclusive)``.  The
-    run's first save of a file that did not exist when it began is exclusive: a file another process made
-    there meanwhile is never replaced (the save fails instead); later saves replace the run's own file."""
+    """``--save FILE`` after every epoch, by rank 0: ``saver(write)`` calls ``write(path, exclusive)`` on
+    every rank (each must call it: with a ``guard``, rank 0's failure is raised on all).  Unless ``force``
+    or FILE is the ``resume`` file, the run's first save is exclusive: the command line refused an existing
+    FILE as it started, so a file there now is another process's and is never replaced (the save fails
+    instead); later saves replace the run's own file."""
 
-    def __init__(self, path, force, lead):
-        self.path, self.lead = path, lead
-        self.exclusive = path is not None and not force and not os.path.exists(npz_name(path))
+    def __init__(self, path, force, guard=None, resume=None):
+        self.path, self.guard = path, guard
+        self.lead = guard is None or guard.rank == 0
+        same = resume is not None and os.path.exists(npz_name(path or "")) and os.path.exists(npz_name(resume)) \
+            and os.path.samefile(npz_name(path), npz_name(resume))
+        self.exclusive = path is not None and not force and not same
 
     def __call__(self, write):
-        if self.path is None or not self.lead:
+        if self.path is None:
             return
-        write(self.path, self.exclusive)
+        if self.guard is not None:
+            self.guard.lead_does(lambda: write(self.path, self.exclusive))
+        elif self.lead:
+            write(self.path, self.exclusive)
         self.exclusive = False
 
 
@@ -65,8 +74,13 @@ def resumed(args, modes):
              "eta": state["eta"], "seed": state["seed"], "data": state.get("data"),
              "sgd_in_backward": net.optimizer_in_backward}
     for key in SETTINGS:
+        if key == "strategy" and args.max_memory is not None and state.get("max_memory") == args.max_memory:
+            continue                        # the whole-run bound the file's run had, which fixed its fit
         _check_same(args, key, saved[key], state)
     data = args.data if args.data is not None else saved["data"]
+    if args.data is None and data is not None and not (os.path.isfile(data) or os.path.isdir(data)):
+        raise ValueError(f"--resume {args.resume!r} was trained on --data {data!r}, which is not a file or folder "
+                         "now; give --data with the same data")
     if data is not None and fingerprint(data) != state.get("data_sha256"):
         raise ValueError(f"--resume {args.resume!r} was trained on {data!r}, whose contents have changed since")
     if state["epochs_done"] >= args.epochs:

@@ -19,6 +19,7 @@ from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.pays import does_not_pay
 
+from .bound import step_strategy
 from .data import check_trainable, load_data
 from .guard import RankGuard
 from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
@@ -41,6 +42,7 @@ class Run:
     data: str | None
     sgd_in_backward: bool
     parallel_batches: int | None
+    max_memory: int | None = None
     data_sha256: str | None = None
 
 
@@ -74,6 +76,8 @@ def modes_of(args):
         flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
         raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
                          "or use --pipeline P with checkpointing inside every stage")
+    if args.force and args.save is None:
+        raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
     if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):
         raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
@@ -94,6 +98,8 @@ def train(args):
         check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
                         optimizer_in_backward=run.sgd_in_backward)
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
+    if guard is not None:
+        guard.agree({"--save": "given" if args.save else "not given"})
     if args.pipeline and args.pipeline != guard.ranks:
         raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
                          f"got {guard.ranks}")
@@ -103,6 +109,9 @@ def train(args):
         raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
                          f"has {len(x_train)}")
     lead = guard is None or guard.rank == 0
+    if args.max_memory is not None and not modes and args.threads == 1 and not run.parallel_batches and net is None:
+        run = replace(run, strategy=step_strategy(run, (x_train, y_train), test, args.epochs, args.save is not None),
+                      max_memory=args.max_memory)               # one process: the bound is the whole run's
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward)
     if lead and note and not args.json and not args.pipeline:
         print(f"fastckpt train: note: {note}", file=sys.stderr)
@@ -136,7 +145,7 @@ def _model_parallel(args, run, guard, training, test, lead):
                             partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
-    save = Saver(args.save, args.force, lead)
+    save = Saver(args.save, args.force, guard, args.resume)
     bar = TrainBar(args, lead, 0)
 
     def saved(epoch, updates):
@@ -164,7 +173,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     done = state["epochs_done"] if state else 0
     epochs = args.epochs - done
     per_update = run.parallel_batches
-    save = Saver(args.save, args.force, lead)
+    save = Saver(args.save, args.force, guard, args.resume)
     bar = TrainBar(args, lead, done)
     averaged = per_update or (args.threads if not args.mpi else None)
     if lead and not args.json and averaged and averaged > 1:

@@ -36,6 +36,8 @@ def evaluate(args):
 
 def predict(args):
     """The class index of every sample, one per line on stdout or in ``--output``."""
+    if args.force and args.output is None:
+        raise ValueError("--force lets --output replace a file; without --output it would change nothing")
     net = _net(args.file)
     if args.data is not None and args.data.endswith(".npy"):
         x = _inputs(args.data, net.sizes[0])
@@ -81,4 +83,9 @@ def _inputs(path, n_in):
     if x.ndim != 2 or x.shape[1] != n_in or x.dtype.kind not in "fiu":
         raise ValueError(f"--data {path!r}: holds {x.dtype} of shape {x.shape}; the net takes rows of {n_in} "
                          "real numbers, one sample per row")
+    for i in range(0, x.shape[0], 4096):                       # in chunks: no temporary the size of the file
+        bad = np.argwhere(~np.isfinite(x[i:i + 4096]))
+        if len(bad):
+            raise ValueError(f"--data {path!r} holds NaN or inf (first at row {i + int(bad[0][0])}, column "
+                             f"{int(bad[0][1])}), which no net can classify")
     return np.asarray(x, dtype=np.float64)

@@ -13,6 +13,15 @@ def free_bytes():
     return free
 
 
+def thread_address_space():
+    """The address space one more thread reserves under ``ulimit -v``: its stack (``ulimit -s``, 8 MiB when
+    unlimited, glibc's default); 0 without an address-space limit, where an untouched stack costs nothing."""
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        return 0
+    stack, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    return 8 * 2**20 if stack == resource.RLIM_INFINITY else stack
+
+
 def check_fits(nbytes, what, flag):
     """Refuse (ValueError naming ``flag``) something that needs ``nbytes``, more than half of :func:`free_bytes`."""
     free = free_bytes()

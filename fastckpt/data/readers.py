@@ -177,13 +177,15 @@ def _read_idx(path, tail, rows=None):
             if not compressed and size - header != declared:
                 raise _Refused(f"{path} holds {size - header} data bytes, but its header says shape {shape} "
                                f"({declared} bytes)")
-            data = bytearray()
-            while len(data) < declared:
-                chunk = f.read(min(_CHUNK, declared - len(data)))
-                if not chunk:
-                    raise _Refused(f"{path} holds {len(data)} data bytes, but its header says shape {shape} "
+            data = bytearray(declared)                    # filled in place: no copy, no growth
+            view, done = memoryview(data), 0
+            while done < declared:
+                got = f.readinto(view[done:done + _CHUNK])
+                if not got:
+                    raise _Refused(f"{path} holds {done} data bytes, but its header says shape {shape} "
                                    f"({declared} bytes)")
-                data += chunk
+                done += got
+            view.release()
             if f.read(1):
                 raise _Refused(f"{path} holds more than the {declared} data bytes its header says "
                                f"(shape {shape})")

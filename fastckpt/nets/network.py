@@ -282,10 +282,9 @@ class Network:
         ``numpy.random`` state there).  ``exclusive``: never replace a file (one
         another process wrote meanwhile, say).  Returns the path written.
         """
-        with self.params.lock:                                  # one consistent set of parameters
-            weights = [np.array(w) for w in self.weights]
-            biases = [np.array(b) for b in self.biases]
-        return fileformat.write(path, self.fields(), weights, biases, training=training, exclusive=exclusive)
+        with self.params.lock:          # one consistent set of parameters, written from where they are (no copy)
+            return fileformat.write(path, self.fields(), self.weights, self.biases, training=training,
+                                    exclusive=exclusive)
 
     def fields(self):
         """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""

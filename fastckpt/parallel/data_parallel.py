@@ -107,6 +107,10 @@ class MPITrainer(RankTrainer):
         with self.group.errors() as errors:
             eta = check_eta(eta)
             count = self.ranks * len(xs) if count is None else count
+            errors.shared = (ValueError, TypeError)        # agreed: raised on every rank alike
+            self.group.agree({"eta and minibatches per update": f"eta {eta!r}, {count} minibatches in all"},
+                             "the update")
+            errors.shared = ()
             with net.params.lock:
                 if not xs:
                     local[...] = 0.0

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
-from fastckpt.core.resources import check_fits
+from fastckpt.core.resources import check_fits, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
 from fastckpt.kernels import accumulate, blas_threads, set_blas_threads
@@ -55,8 +55,8 @@ class DataParallel:
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
-        check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes), f"{self.threads} worker threads",
-                   "threads")
+        check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
+                   f"{self.threads} worker threads", "threads")
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fastckpt") if self.threads > 1 else None
         self._engines = {}
         self._sum = net.params.new_buffer()
@@ -104,13 +104,16 @@ class DataParallel:
         return parts
 
     def _engine(self, worker, batch):
-        key = (worker, batch)
-        if key not in self._engines:
+        """Worker ``worker``'s engine for ``batch`` samples: one per worker, made anew (the old one freed
+        first) when the batch size changes, so the workers hold one step each, as the bound counts."""
+        made = self._engines.get(worker)
+        if made is None or made[0] != batch:
             net = self.net
-            if not self._engines:
+            self._engines.pop(worker, None)
+            if worker == 0:
                 check_fits(self.predicted_bytes(batch)["total"], f"training on {self.threads} threads", "threads")
-            self._engines[key] = Engine(self.worker_plan(batch), net.loss, net.l2, net.activation)
-        return self._engines[key]
+            self._engines[worker] = made = (batch, Engine(self.worker_plan(batch), net.loss, net.l2, net.activation))
+        return made[1]
 
     def update_mini_batches(self, x_batches, y_batches, eta):
         """One SGD step on the mean gradient of the minibatches (a sequence, or a 3-D array).
@@ -151,19 +154,28 @@ class DataParallel:
             raise RuntimeError("this DataParallel is closed; make a new one")
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
-            results = self._run(work, min(self.threads, len(xs)))
+            results = self._run(work, min(self.threads, len(xs)), turns.fail)
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = float(np.mean([loss for _, loss in losses]))
             params.update(self._sum, eta / len(xs))
 
-    def _run(self, work, workers):
+    def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results.
-        Every worker ends before anything is raised; a worker's own error wins over a stopped turn."""
+        Every worker ends before anything is raised; a worker's own error wins over a stopped turn.  A worker
+        thread the system cannot start (``ulimit -v``, too many threads) calls ``stop()`` for those started."""
         threads = blas_threads()
         if self._pool is not None and threads > 1:
             set_blas_threads(1)
         try:
-            futures = [self._pool.submit(work, w) for w in range(1, workers)]
+            futures = []
+            for w in range(1, workers):
+                try:
+                    futures.append(self._pool.submit(work, w))
+                except RuntimeError as exc:                # "can't start new thread"
+                    stop()
+                    wait(futures)
+                    raise RuntimeError(f"threads: could not start worker thread {w + 1} of {self.threads} "
+                                       f"({exc}); use fewer threads") from None
             first = error = None
             try:
                 first = work(0)

@@ -17,7 +17,7 @@ from fastckpt.kernels import blas_threads as current_blas_threads
 
 from .costs import BLAS_JOB_BYTES, gemm_mallocs
 
-EVAL_CHUNK = 4096          # rows per forward pass in evaluate() and predict()
+EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): GEMMs this tall run at full speed
 
 
 def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_CHUNK, what="evaluate",
@@ -41,3 +41,83 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
                                  for n_in, n_out in zip(sizes[:-1], sizes[1:])) else 0
     after = rows * 9 if what == "evaluate" else 0       # a chunk's int64 arg-max and its comparison
     return total + max(blas, after)
+
+
+# NOTE [ The whole run ]
+# A training run holds, besides the step's plan (parameters, gradients, activations, deltas, scratch,
+# BLAS): the data; the staging rows a minibatch is converted into when the data is not already
+# C-contiguous in the net's dtype (compact Images and integer labels always are converted); per update
+# one RSS and one time in the lab's two result lists; and after each epoch, one at a time, the
+# evaluation's chunk buffers (NOTE [ Inference bytes ]) or a save, which writes each array from where it
+# is (numpy's writer copies at most 16 MiB of one array at a time).  The step's workspace lives through
+# the run, so these add to it, but not to the step's BLAS job table, which lives only inside a GEMM.
+# tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
+RECORD_BYTES = 72          # one update's RSS (an int) and time (a float) in the lab's two lists
+SAVE_EXTRA = 64 * 1024     # the zip archive's buffers and the metadata of one save
+
+
+def data_bytes(*arrays):
+    """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes."""
+    return sum(int(a.nbytes) for a in arrays if a is not None)
+
+
+def staged(a, dtype):
+    """Whether a minibatch of ``a`` is converted into staging rows (it is not C-contiguous ``dtype`` rows)."""
+    return not (isinstance(a, np.ndarray) and a.dtype == np.dtype(dtype) and a.flags.c_contiguous)
+
+
+def run_bytes(plan, training, test=None, *, updates, save=False):
+    """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
+
+    ``plan`` is the step's; ``training`` and ``test`` the (x, y) pairs the run reads; ``updates`` how
+    many updates it makes (its result lists grow by one entry each); ``save``: whether it saves the
+    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak.
+    """
+    (x, y), dtype, sizes = training, plan.dtype, plan.sizes
+    parts = {"data": data_bytes(x, y, *(test or ()))}
+    parts.update({f"step: {k}": v for k, v in plan.bytes().items() if k != "activation_memory"})
+    batch, item = plan.batch_size, dtype.itemsize
+    parts["staging"] = (batch * sizes[0] * item if staged(x, dtype) else 0) + \
+        (batch * sizes[-1] * item if staged(y, dtype) else 0)
+    parts["records"] = int(updates) * RECORD_BYTES
+    after = []
+    if test is not None:
+        parts["evaluation"] = inference_bytes(sizes, len(test[0]), dtype, staged=staged(test[0], dtype),
+                                              blas_threads=plan.blas_threads)
+        after.append(parts["evaluation"])
+    if save:
+        largest = max(n_out * n_in for n_in, n_out in zip(sizes[:-1], sizes[1:])) * item
+        parts["saving"] = min(largest, 16 * 2**20) + SAVE_EXTRA
+        after.append(parts["saving"])
+    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save
+    blas = parts["step: blas"]
+    parts["total"] = parts["data"] + parts["step: total"] - blas + parts["staging"] + parts["records"] + \
+        max([blas, *after])
+    return parts
+
+
+def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
+                  optimizer_in_backward=False, save=False):
+    """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
+    as ``(batch, plan, parts)`` (:func:`run_bytes`), or None when not even batch 1 fits.
+
+    The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
+    grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
+    from .plan import plan as make_plan
+    n = len(training[0])
+
+    def run(b):
+        p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save)
+
+    def fits(b):
+        return run(b)[1]["total"] <= bound
+    if not fits(1):
+        return None
+    low, high = 1, n
+    if not fits(high):
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        high = low
+    return (high, *run(high))

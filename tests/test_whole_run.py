@@ -1,0 +1,105 @@
+"""The whole run's memory (NOTE [ The whole run ]): memray's peak over a whole SGD and a whole ``fastckpt train``
+on data of Fashion-MNIST's shape, made here, against fastckpt.planner.run.run_bytes, and --max-memory as a bound
+on all of it."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+import fastckpt
+from fastckpt.cli import app as cli
+from fastckpt.data.images import Images
+from fastckpt.planner.run import run_bytes
+from fastckpt.report.measure import memray_peak
+
+MiB = 2**20
+pytestmark = pytest.mark.memory
+
+
+def _close(peak, predicted):
+    """The issue's contract: within 2% + 1 MiB."""
+    return abs(peak - predicted) <= 0.02 * predicted + MiB
+
+
+@pytest.fixture(scope="module")
+def fashion_shaped(tmp_path_factory):
+    """An IDX folder of 60,000 + 10,000 random 28x28 images and labels: Fashion-MNIST's shape."""
+    folder = tmp_path_factory.mktemp("fashion")
+    rng = np.random.default_rng(0)
+    for name, shape in (("train-images-idx3-ubyte", (60_000, 28, 28)), ("train-labels-idx1-ubyte", (60_000,)),
+                        ("t10k-images-idx3-ubyte", (10_000, 28, 28)), ("t10k-labels-idx1-ubyte", (10_000,))):
+        arr = rng.integers(0, 10 if len(shape) == 1 else 256, shape, dtype=np.uint8)
+        header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        with gzip.open(folder / (name + ".gz"), "wb", compresslevel=1) as f:
+            f.write(header + arr.tobytes())
+    return folder
+
+
+@pytest.mark.parametrize("strategy", ["plain", "sqrt"])
+def test_a_whole_sgd_run_peaks_where_run_bytes_says(strategy):
+    rng = np.random.default_rng(1)
+    sizes, batch = [784, 256, 256, 256, 256, 10], 256
+    warm = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy)
+    x_warm = Images(rng.integers(0, 256, (512, 784), dtype=np.uint8))
+    warm.SGD((x_warm, np.zeros(512, np.uint8)), 1, batch, 0.1, test_data=(x_warm, np.zeros(512, np.uint8)),
+             verbose=False)                                   # kernels compiled, BLAS's first buffers made
+    held = {}
+
+    def run():                                                 # the data is made inside: all of the run
+        x = Images(rng.integers(0, 256, (60_000, 784), dtype=np.uint8))
+        y = rng.integers(0, 10, 60_000).astype(np.uint8)
+        test = (Images(rng.integers(0, 256, (10_000, 784), dtype=np.uint8)), rng.integers(0, 10, 10_000))
+        net = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy, activation="relu", init="he")
+        net.SGD((x, y), 1, batch, 0.01, test_data=test, verbose=False)
+        held.update(net=net, training=(x, y), test=test)
+    peak = memray_peak(run)
+    predicted = run_bytes(held["net"].plan(batch), held["training"], held["test"], updates=60_000 // batch)
+    assert _close(peak, predicted["total"]), (peak, predicted)
+    assert predicted["data"] == 70_000 * 784 + 60_000 + 10_000 * 8       # bytes, and int64 test labels
+
+
+def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(fashion_shaped, tmp_path, capsys):
+    common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "1024", "--data",
+              str(fashion_shaped)]
+    assert cli.main(["train", *common, "--epochs", "1", "--json"]) == 0                          # warm-up
+    for flags in (["--strategy", "plain"], ["--max-memory", "90MiB"]):   # plain's run needs 94.4 MiB, sqrt's 86.4
+        capsys.readouterr()
+        assert cli.main(["plan", *common, "--epochs", "1", *flags, "--json"]) == 0
+        planned = json.loads(capsys.readouterr().out)
+        peak = memray_peak(lambda flags=flags: cli.main(["train", *common, "--epochs", "1", *flags, "--json"]))
+        trained = json.loads(capsys.readouterr().out)
+        assert trained["strategy"] == planned["strategy"]
+        assert _close(peak, planned["whole_run"]["total"]), (peak, planned["whole_run"])
+        if flags[0] == "--max-memory":
+            assert planned["recompute_factor"] > 1 and peak <= 90 * MiB, (peak, planned)
+
+
+@pytest.mark.parametrize("strategy,fused", [("plain", False), ("sqrt", False), ("sqrt", True)])
+def test_the_largest_batch_is_the_one_a_scan_of_every_batch_finds(strategy, fused):
+    from fastckpt.planner.run import largest_batch
+    rng = np.random.default_rng(2)
+    training = (Images(rng.integers(0, 256, (600, 64), dtype=np.uint8)), rng.integers(0, 10, 600).astype(np.uint8))
+    sizes, bound = [64, 96, 96, 96, 10], 600_000
+    found = largest_batch(sizes, bound, training, dtype=np.float64, strategy=strategy, optimizer_in_backward=fused)
+
+    def total(b):
+        p = fastckpt.plan(sizes, b, strategy=strategy, optimizer_in_backward=fused)
+        return run_bytes(p, training, updates=600 // b)["total"]
+    fitting = [b for b in range(1, 601) if total(b) <= bound]
+    assert found[0] == max(fitting) and fitting == list(range(1, max(fitting) + 1))
+    assert found[2]["total"] == total(found[0]) <= bound < total(found[0] + 1)
+
+
+def test_plan_max_batch_prints_the_largest_batches(capsys):
+    assert cli.main(["plan", "--sizes", "784,64,64,10", "--max-memory", "40MiB", "--max-batch", "--epochs", "1",
+                     "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["largest"]
+    training, test = fastckpt.load_mnist(compact=True)
+    from fastckpt.planner.run import largest_batch
+    for row in rows:
+        batch = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
+                              optimizer_in_backward=row["optimizer_in_backward"])[0]
+        assert row["batch"] == batch, row
+    assert cli.main(["plan", "--max-batch"]) == 2
+    assert "--max-batch finds the largest batch that fits --max-memory BYTES" in capsys.readouterr().err
