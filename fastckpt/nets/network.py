@@ -5,18 +5,20 @@ import numpy as np
 
 from fastckpt.core import fileformat
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_finite, check_l2, check_sizes
+from fastckpt.core.checks import as_batch, check_dtype, check_eta, check_l2, check_sizes
 from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
+from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
-from fastckpt.engine.inference import EVAL_CHUNK, count_correct, forward
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Plain
 
+from .predicting import Predicting
 
-class Network:
+
+class Network(Predicting):
     """A fully connected network trained by SGD, as the lab's ``Network`` (sigmoid by default).
 
     Parameters
@@ -50,6 +52,15 @@ class Network:
         Keras' default.  ``"he"`` (``"kaiming"``): weights normal with standard
         deviation ``sqrt(2 / fan_in)``, PyTorch's ``kaiming_normal_``.  Biases are
         0 for both (:mod:`fastckpt.core.init`).
+    optimizer : {"sgd", "momentum", "adam", "adamw"} or Optimizer, optional
+        The update rule of ``update_mini_batch`` and ``SGD``, whose learning
+        rate is their ``eta``: ``"sgd"`` (default, the lab's), ``"momentum"``
+        (0.9), ``"adam"`` or ``"adamw"`` with PyTorch's defaults, or an object of
+        :mod:`fastckpt.optimizers` for other hyper-parameters, e.g.
+        ``Momentum(0.8, nesterov=True)`` or ``Adam(betas=(0.9, 0.99))``.
+        Its state (:attr:`optimizer_state`) is kept with the parameters and
+        counted in the plan's bytes.  Only ``"sgd"`` runs with
+        ``optimizer_in_backward=True``.
 
     Attributes
     ----------
@@ -64,6 +75,10 @@ class Network:
         ``biases[i]`` has shape (sizes[i+1], 1); the same rules.
     params : Parameters
         The one owner of the weights and biases (:mod:`fastckpt.core.params`).
+    optimizer, optimizer_state : Optimizer, OptimizerState
+        The update rule, and its state: buffers in the parameters' layout
+        (velocity, or Adam's ``m`` and ``v``) and the steps taken
+        (:mod:`fastckpt.core.optimizers`).
 
     Notes
     -----
@@ -79,23 +94,25 @@ class Network:
     training_state = None            # set by fastckpt.load when the file holds one
 
     def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
-                 activation="sigmoid", init="lab"):
+                 activation="sigmoid", init="lab", optimizer="sgd"):
         init = check_init(init)
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
+        self._configure(sizes, dtype, optimizer_in_backward=optimizer_in_backward, loss=loss, l2=l2,
+                        activation=activation, optimizer=optimizer)
         weights, biases = self.params.layers()
         blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
         draw(init, self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
 
     @classmethod
     def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
-              activation="sigmoid"):
+              activation="sigmoid", optimizer="sgd"):
         """A net with zero parameters, made without drawing from ``numpy.random``: for filling in
         known values (:func:`fastckpt.load` does)."""
         self = cls.__new__(cls)
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
+        self._configure(sizes, dtype, optimizer_in_backward=optimizer_in_backward, loss=loss, l2=l2,
+                        activation=activation, optimizer=optimizer)
         return self
 
-    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2, activation):
+    def _configure(self, sizes, dtype, *, optimizer_in_backward, loss, l2, activation, optimizer):
         """Everything but the parameters' values (zeros): shared by ``__init__`` and :meth:`blank`."""
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
@@ -106,9 +123,14 @@ class Network:
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
+        self.optimizer = parse_optimizer(optimizer)
+        if self.optimizer_in_backward and self.optimizer.slots:
+            raise ValueError(f"optimizer_in_backward=True applies SGD inside the backward pass; optimizer "
+                             f"{self.optimizer.name!r} needs the whole gradient: give optimizer_in_backward=False")
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self.params = Parameters(sizes, dtype)
+        self.optimizer_state = OptimizerState(self.optimizer, self.params)
         self._engine = None
         self.last_loss = None
 
@@ -147,7 +169,7 @@ class Network:
         net's own strategy and update mode unless given, and the BLAS threads of now unless given)."""
         fused = self.optimizer_in_backward if optimizer_in_backward is None else optimizer_in_backward
         return make_plan(self.sizes, batch_size, self.dtype, self.strategy if strategy is None else strategy,
-                         optimizer_in_backward=fused, blas_threads=blas_threads)
+                         optimizer_in_backward=fused, blas_threads=blas_threads, optimizer=self.optimizer)
 
     def engine(self, batch_size):
         """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples.
@@ -178,16 +200,18 @@ class Network:
             return [b.reshape(-1, 1).copy() for b in gb], [w.copy() for w in gw]
 
     def update_mini_batch(self, x_mini_batch, y_mini_batch, eta):
-        """One SGD step on the batch-mean gradient; parameters are updated in place.
+        """One step of the net's optimizer (the lab's SGD by default) on the batch-mean gradient, with
+        learning rate ``eta``; parameters and the optimizer's state are updated in place.
 
-        An update that would make a parameter NaN or inf raises
-        FloatingPointError and leaves the parameters as they were.
+        An update that would make a parameter (or a state value) NaN or inf raises
+        FloatingPointError and leaves the parameters (and the state) as they were.
         """
         eta = check_eta(eta)
         names = ("x_mini_batch", "y_mini_batch")
         with self.params.lock:
             engine = self._engine_for(x_mini_batch, names[0])
-            self.last_loss = engine.sgd(self.params, x_mini_batch, y_mini_batch, eta, names=names)
+            self.last_loss = engine.step(self.params, x_mini_batch, y_mini_batch, eta, self.optimizer_state,
+                                         names=names)
 
     def cost_derivative(self, output_activations, y):
         return output_activations - y
@@ -215,63 +239,6 @@ class Network:
             self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
         return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
                           on_epoch=on_epoch, first_epoch=first_epoch)
-
-    # -- inference --------------------------------------------------------------------------
-    def _forward(self, a, start, end):
-        with self.params.lock:
-            return forward(self.params, self._acts, a, start, end)
-
-    def _as_input(self, a, width, name):
-        """(batch, width) contiguous array in the network's dtype, and how to shape results."""
-        arr = np.asarray(a)
-        if arr.ndim == 1 and arr.shape[0] == width:
-            layout = "vector"
-            arr = arr.reshape(1, width)
-        elif arr.ndim == 2 and arr.shape == (width, 1):
-            layout = "column"
-            arr = arr.reshape(1, width)
-        else:
-            layout = "batch3" if arr.ndim == 3 else "batch"
-        arr = as_batch(arr, width, name, "input" if width == self.sizes[0] else "receiving")
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        check_finite(arr, name)
-        return arr, layout
-
-    @staticmethod
-    def _shape_like(out, layout):
-        if layout == "vector":
-            return out.reshape(-1)
-        if layout == "column":
-            return out.reshape(-1, 1)
-        if layout == "batch3":
-            return out[:, :, None]
-        return out
-
-    def feedforward(self, a):
-        """Network output for one (n_in, 1) column, one (n_in,) vector or a batch."""
-        arr, layout = self._as_input(a, self.sizes[0], "a")
-        return self._shape_like(self._forward(arr, 0, self.num_layers - 1)[-1], layout)
-
-    def predict(self, x):
-        """Class indices: the arg-max output of each sample of a batch, an int for one sample.
-
-        ``x`` is (batch, n_in), the lab's (batch, n_in, 1), one (n_in,) vector
-        or one (n_in, 1) column.
-        """
-        arr, layout = self._as_input(x, self.sizes[0], "x")
-        with self.params.lock:
-            labels = np.concatenate([self._forward(arr[i:i + EVAL_CHUNK], 0, self.num_layers - 1)[-1].argmax(axis=1)
-                                     for i in range(0, arr.shape[0], EVAL_CHUNK)])
-        return int(labels[0]) if layout in ("vector", "column") else labels
-
-    def evaluate(self, x_test_data, y_test_data):
-        """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
-        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
-        y = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        with self.params.lock:                                 # every chunk sees the same parameters
-            hits = count_correct(x, y, self.dtype, lambda rows: self._forward(rows, 0, self.num_layers - 1)[-1]
-                                 .argmax(axis=1))
-        return hits / x.shape[0]
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):
