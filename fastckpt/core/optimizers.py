@@ -29,14 +29,20 @@ import numpy as np
 
 from fastckpt.kernels import adam_step, momentum_step
 
-from .checks import check_nonnegative
+from .checks import check_nonnegative, check_positive_int
+from .layout import layer_views
 
 
 class Optimizer:
     """Base class: the hyper-parameters of an update rule, and ``slots`` state buffers it needs."""
 
     name = ""
-    slots = 0
+    state_names = ()                   # one state buffer each, e.g. Adam's ("m", "v")
+
+    @property
+    def slots(self):
+        """How many state buffers the size of the parameters the optimizer keeps."""
+        return len(self.state_names)
 
     def settings(self):
         """The hyper-parameters, as a dict (saved files keep it)."""
@@ -68,7 +74,7 @@ class Momentum(Optimizer):
     """SGD with momentum ``momentum`` (0.9 by default), Nesterov's when ``nesterov``; one velocity buffer."""
 
     name = "momentum"
-    slots = 1
+    state_names = ("velocity",)
 
     def __init__(self, momentum=0.9, nesterov=False):
         self.momentum = _fraction(momentum, "momentum")
@@ -85,7 +91,7 @@ class Adam(Optimizer):
     is added to the gradient (L2), as ``torch.optim.Adam`` does."""
 
     name = "adam"
-    slots = 2
+    state_names = ("m", "v")
     decoupled = False
 
     def __init__(self, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
@@ -175,6 +181,33 @@ class OptimizerState:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
                                          "weights and state left unchanged")
             self.steps += 1
+
+    def arrays(self, sizes):
+        """``{state name: (weights, biases)}``: copies of each buffer in the lab's shapes, (n_out, n_in)
+        and (n_out, 1) per layer, for a saved file."""
+        out = {}
+        for name, buf in zip(self.optimizer.state_names, self.buffers):
+            w, b = layer_views(buf, sizes)
+            out[name] = ([v.copy() for v in w], [v.reshape(-1, 1).copy() for v in b])
+        return out
+
+    def restore(self, sizes, steps, arrays):
+        """Set the state from :meth:`arrays`' layout and the step count (a saved file's), after checking
+        that every array is there in its shape."""
+        steps = check_positive_int(steps, "optimizer steps", minimum=0)
+        if set(arrays) != set(self.optimizer.state_names):
+            raise ValueError(f"the {self.optimizer.name} optimizer's state is {', '.join(self.optimizer.state_names)}"
+                             f", got {', '.join(sorted(arrays)) or 'nothing'}")
+        for name, buf in zip(self.optimizer.state_names, self.buffers):
+            for views, given in zip(layer_views(buf, sizes), arrays[name]):
+                if len(given) != len(views):
+                    raise ValueError(f"{name} needs {len(views)} arrays, one per layer, got {len(given)}")
+                for view, arr in zip(views, given):
+                    arr = np.asarray(arr)
+                    if arr.size != view.size or arr.shape[0] != view.shape[0]:
+                        raise ValueError(f"{name}: an array of shape {arr.shape} for a layer of {view.shape}")
+                    view[...] = arr.reshape(view.shape)
+        self.steps = steps
 
 
 def _fraction(value, name):

@@ -245,19 +245,22 @@ class Network(Predicting):
         """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
 
         The format (versioned, documented in :mod:`fastckpt.core.fileformat`)
-        keeps the sizes, dtype, loss, l2, activation, strategy and optimizer mode with the
-        parameters bit for bit.  ``training``, a dict, is stored beside them
+        keeps the sizes, dtype, loss, l2, activation, strategy, optimizer mode, and the
+        optimizer with its state, with the parameters bit for bit, so training goes on
+        after :func:`fastckpt.load` exactly as if never stopped.  ``training``, a dict, is stored beside them
         (``fastckpt train`` keeps its epoch, update count, accuracies and
         ``numpy.random`` state there).  ``exclusive``: never replace a file (one
         another process wrote meanwhile, say).  Returns the path written.
         """
-        with self.params.lock:                                  # one consistent set of parameters
+        with self.params.lock:                                  # one consistent set of parameters and state
             weights = [np.array(w) for w in self.weights]
             biases = [np.array(b) for b in self.biases]
-        return fileformat.write(path, self.fields(), weights, biases, training=training, exclusive=exclusive)
+            state = {"steps": self.optimizer_state.steps, "arrays": self.optimizer_state.arrays(self.sizes)}
+        return fileformat.write(path, self.fields(), weights, biases, training=training, exclusive=exclusive,
+                                optimizer_state=state)
 
     def fields(self):
         """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""
         return {"sizes": list(self.sizes), "dtype": self.dtype.name, "loss": self.loss, "l2": list(self.l2),
                 "strategy": str(self.strategy), "optimizer_in_backward": self.optimizer_in_backward,
-                "activation": list(self.activation)}
+                "activation": list(self.activation), "optimizer": self.optimizer.to_dict()}
