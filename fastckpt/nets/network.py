@@ -11,7 +11,7 @@ from fastckpt.core.losses import check_loss
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
-from fastckpt.engine.loop import batch_starts, check_training, run_epochs
+from fastckpt.engine.loop import batch_starts, check_training, epoch_order, run_epochs, split_validation
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Plain
 
@@ -217,7 +217,8 @@ class Network(Predicting):
         return output_activations - y
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0):
+            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0, shuffle=False,
+            validation=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
@@ -229,16 +230,38 @@ class Network(Predicting):
         every update, and ``on_epoch(epoch, updates_done)`` after every epoch
         (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
         epochs from there, for a run that goes on from a saved one.
+
+        ``shuffle``: False (default) takes the mini-batches in order, as the lab;
+        True draws a new order every epoch from ``numpy.random`` (``np.random.seed``
+        makes it reproducible); an integer seeds each epoch's order from the seed
+        and the epoch's number alone, so a resumed run shuffles as an unbroken one.
+        ``validation``: a fraction in (0, 1) holds out that share of the training
+        samples, the last ones (as Keras' ``validation_split``, before shuffling), or a
+        pair ``(x, y)``; its accuracy and the mean training loss are then printed
+        every epoch.  ``self.history`` keeps per epoch the mean training loss
+        (``"loss"``, the mean of the mini-batches' losses before their updates),
+        the test accuracy (``"accuracy"``) and the validation accuracy (``"val_accuracy"``).
         """
+        training_data, val_data = split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
         starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+        order = epoch_order(shuffle, len(x_train))
+        if shuffle is not False:                               # rows are taken by index: arrays, not lists
+            x_train, y_train = np.asarray(x_train), np.asarray(y_train)
+        rows = [None]                                          # this epoch's order, or None for the lab's
+
+        def start_epoch(epoch):
+            rows[0] = order(epoch)
 
         def update(group):
-            s = group[0]
-            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+            take = slice(group[0], group[0] + mini_batch_size)
+            if rows[0] is not None:
+                take = rows[0][take]
+            self.update_mini_batch(x_train[take], y_train[take], eta)
+            return self.last_loss
         return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
-                          on_epoch=on_epoch, first_epoch=first_epoch)
+                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=start_epoch)
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):
