@@ -1,8 +1,9 @@
-"""fastckpt: fast CPU training of sigmoid MLPs, with gradient checkpointing.
+"""fastckpt: fast CPU training of MLPs, with gradient checkpointing.
 
 ``from fastckpt import Network, NetworkWithCheckpointing`` replaces the lab classes.
 The layers beneath this facade are drawn in docs/architecture.md.
 """
+from . import optimizers
 from ._version import __version__
 from .core.params import Parameters
 from .data import load_mnist
@@ -11,4 +12,4 @@ from .nets import Network, NetworkWithCheckpointing, load
 from .planner import InfeasiblePlan, Plan, plan, strategies
 
 __all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "__version__",
-           "load", "load_mnist", "plan", "strategies"]
+           "load", "load_mnist", "optimizers", "plan", "strategies"]

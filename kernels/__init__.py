@@ -31,6 +31,7 @@ from .dense import (
     gemm,
 )
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta, sgd_step, sum_squares
+from .optimizers import adam_step, momentum_step
 from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops
 from .schedules import multi_points, once_points, region_table_of, revolve_splits
 from .transport import (
@@ -47,10 +48,10 @@ from .transport import (
 __all__ = [
     "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "LOG_SOFTMAX", "NONFINITE", "NO_TRANS", "OK",
     "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS",
-    "accumulate", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
+    "accumulate", "adam_step", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
     "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads",
     "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward",
     "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode",
-    "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",
+    "momentum_step", "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",
     "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
 ]

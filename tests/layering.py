@@ -6,7 +6,7 @@ Layers, lowest first; a module may import its own layer and the layers below it:
 
 ``data`` imports nothing of fastckpt and anyone may import it; parallel and
 report never import each other; the facade (``fastckpt/__init__.py``,
-``fastckpt.distributed``, ``__main__``) may import anything and nothing
+``fastckpt.distributed``, ``fastckpt.optimizers``, ``__main__``) may import anything and nothing
 imports it.  Besides: no import circles between modules (local imports
 included), no ``_private`` name imported from another module, the kernels
 reached only through ``fastckpt.kernels``, and size budgets.
@@ -18,7 +18,7 @@ import pkgutil
 
 LAYERS = ["kernels", "core", "planner", "engine", "nets", "parallel", "report", "cli"]
 RANK = {"kernels": 0, "core": 1, "planner": 2, "engine": 3, "nets": 4, "parallel": 5, "report": 5, "cli": 6}
-FACADE = {"fastckpt", "fastckpt.distributed", "fastckpt.__main__"}
+FACADE = {"fastckpt", "fastckpt.distributed", "fastckpt.optimizers", "fastckpt.__main__"}
 LEAVES = {"fastckpt._version"}                       # import nothing; anyone may import them
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60

@@ -113,3 +113,23 @@ def backprop_net(weights, biases, x, y, hidden, loss="quadratic", l2=None):
         if layer:
             dz = (dz @ weights[layer]) * ACTIVATIONS[hidden[layer - 1]][1](acts[layer])
     return nabla_b, nabla_w
+
+
+# -- optimizers: PyTorch's documented update formulas, one array at a time ------------------------
+def momentum_update(p, g, b, lr, mu, nesterov):
+    """torch.optim.SGD(momentum=mu, dampening=0): returns (p, b); b starts at 0, so b_1 = g_1."""
+    b = mu * b + g
+    return p - lr * (g + mu * b if nesterov else b), b
+
+
+def adam_update(p, g, m, v, t, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False):
+    """torch.optim.Adam (or AdamW when ``decoupled``) at step t >= 1: returns (p, m, v)."""
+    beta1, beta2 = betas
+    if decoupled:
+        p = p - lr * weight_decay * p
+    else:
+        g = g + weight_decay * p
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g ** 2
+    m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+    return p - lr * m_hat / (np.sqrt(v_hat) + eps), m, v

@@ -9,10 +9,13 @@ from fastckpt.planner.costs import forward_flops, state_bytes
 from fastckpt.planner.trees import tree_cost, walk
 
 
-def _every_tree(sizes, batch, item, fused):
-    """(total bytes, forward FLOPs) of every schedule tree of the net, from the plan's own byte count."""
+def _every_tree(sizes, batch, item, fused, optimizer):
+    """(total bytes, forward FLOPs) of every schedule tree of the net, from the plan's own byte count
+    (the optimizer's state among the bytes no schedule changes)."""
     n_layers = len(sizes) - 1
-    fixed = plan(sizes, batch, np.dtype(f"f{item}"), "plain", optimizer_in_backward=fused, blas_threads=1).bytes()
+    fixed = plan(sizes, batch, np.dtype(f"f{item}"), "plain", optimizer_in_backward=fused, blas_threads=1,
+                 optimizer=optimizer).bytes()
+    assert fixed["optimizer_state"] == {"sgd": 0, "momentum": 1, "adam": 2}[optimizer] * fixed["parameters"]
     fixed = fixed["total"] - fixed["gradients"] - fixed["kept_activations"] - fixed["recompute_buffers"] \
         - fixed["shared_by_gradients"]
     w = state_bytes(sizes, batch, item)
@@ -22,17 +25,19 @@ def _every_tree(sizes, batch, item, fused):
             for t in exhaustive.all_trees(0, n_layers + 1)]
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["sgd-after", "sgd-in-backward"])
-def test_fit_is_the_least_recomputation_whose_total_fits(rng, fused):
+@pytest.mark.parametrize("fused, optimizer", [(False, "sgd"), (True, "sgd"), (False, "momentum"), (False, "adam")],
+                         ids=["sgd-after", "sgd-in-backward", "momentum", "adam"])
+def test_fit_is_the_least_recomputation_whose_total_fits(rng, fused, optimizer):
     checked = 0
     for _ in range(60):
         n_layers = int(rng.integers(2, 7))
         sizes = [int(s) for s in rng.integers(1, 40, size=n_layers + 1)]
         batch, item = int(rng.integers(1, 30)), int(rng.choice([4, 8]))
-        trees = _every_tree(sizes, batch, item, fused)
+        trees = _every_tree(sizes, batch, item, fused, optimizer)
         dtype = np.dtype(f"f{item}")
         for limit in sorted({t for t, _ in trees}):
-            p = plan(sizes, batch, dtype, f"fit({limit})", optimizer_in_backward=fused, blas_threads=1)
+            p = plan(sizes, batch, dtype, f"fit({limit})", optimizer_in_backward=fused, blas_threads=1,
+                     optimizer=optimizer)
             best = min(c for t, c in trees if t <= limit)
             got = float(np.dot(p.forward_counts, forward_flops(sizes, batch)))
             assert p.bytes()["total"] <= limit
@@ -40,7 +45,8 @@ def test_fit_is_the_least_recomputation_whose_total_fits(rng, fused):
             checked += 1
         least = min(t for t, _ in trees)
         with pytest.raises(InfeasiblePlan) as info:
-            plan(sizes, batch, dtype, f"fit({least - 1})", optimizer_in_backward=fused, blas_threads=1)
+            plan(sizes, batch, dtype, f"fit({least - 1})", optimizer_in_backward=fused, blas_threads=1,
+                 optimizer=optimizer)
         assert info.value.minimum_bytes == least
         assert f"fit({least - 1})" in str(info.value) and str(least) in str(info.value)
     assert checked > 100

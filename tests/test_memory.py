@@ -75,3 +75,30 @@ def test_openblas_job_table_is_predicted_where_gemms_go_threaded(batch):
         for _ in range(2):
             model.update_mini_batch(x, y, 0.01)
     assert abs(memray_peak(build_and_train) - predicted["total"]) <= 16 * 1024
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+@pytest.mark.parametrize("strategy", ["plain", "sqrt", "fit"])
+@pytest.mark.parametrize("net", list(NETS))
+def test_memray_peak_counts_the_optimizer_state(net, strategy, optimizer):
+    """The velocity, or Adam's m and v, are buffers the size of the parameters: the plan's optimizer_state."""
+    sizes, batch = NETS[net]
+    if strategy == "fit":
+        whole = fastckpt.plan(sizes, batch, strategy="plain", optimizer=optimizer).bytes()["total"]
+        with pytest.raises(fastckpt.InfeasiblePlan) as info:
+            fastckpt.plan(sizes, batch, strategy="fit(1)", optimizer=optimizer)
+        strategy = f"fit({(whole + info.value.minimum_bytes) // 2})"
+    rng = np.random.default_rng(0)
+    x, y = rng.random((batch, sizes[0])), rng.random((batch, sizes[-1]))
+    predicted = fastckpt.plan(sizes, batch, strategy=strategy, optimizer=optimizer).bytes()
+    assert predicted["optimizer_state"] == {"momentum": 1, "adam": 2}[optimizer] * predicted["parameters"]
+
+    def build_and_train():
+        np.random.seed(0)
+        model = NetworkWithCheckpointing(sizes, strategy=strategy, optimizer=optimizer, activation="relu", init="he")
+        for _ in range(3):
+            model.update_mini_batch(x, y, 0.001)
+    build_and_train()                                              # warm-up: the optimizer's kernels
+    measured = memray_peak(build_and_train)
+    assert abs(measured - predicted["total"]) <= 0.02 * predicted["total"] + MiB, (measured, predicted)
+    assert -64 * 1024 <= measured - predicted["total"] <= 256 * 1024, (measured, predicted)

@@ -25,6 +25,17 @@ for dtype in ("float64", "float32"):
         out[f"{dtype}-{loss}-{'-'.join(net.activation)}"] = {
             "ff": ff.tolist(), "grads": [g.ravel().tolist() for g in nb + nw],
             "after": [p.ravel().tolist() for p in net.weights + net.biases]}
+from fastckpt.optimizers import Momentum
+for dtype in ("float64", "float32"):
+    for optimizer in (Momentum(0.8, nesterov=True), "adam", "adamw"):
+        np.random.seed(3)
+        net = NetworkWithCheckpointing([9, 7, 5, 4], strategy="sqrt", dtype=dtype, optimizer=optimizer, init="he",
+                                       activation="relu")
+        for _ in range(5):
+            net.update_mini_batch(x, y, 0.01)
+        out[f"{dtype}-{net.optimizer.name}-{optimizer}"] = {
+            "ff": [], "grads": [], "after": [p.ravel().tolist() for p in net.weights + net.biases]
+            + [b.tolist() for b in net.optimizer_state.buffers]}
 print(json.dumps(out))
 """
 
@@ -32,7 +43,7 @@ print(json.dumps(out))
 def test_the_kernels_as_python_give_the_compiled_numbers(jit_twins):
     compiled, python = jit_twins(SCRIPT)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]
-    assert len([k for k in compiled if "-" in k]) == 8
+    assert len([k for k in compiled if "-" in k]) == 14
     for case in (k for k in compiled if "-" in k):             # the same libm and BLAS: the very same numbers
         for part in ("ff", "grads", "after"):
             for got, ref in zip(python[case][part], compiled[case][part]):

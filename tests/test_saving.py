@@ -69,7 +69,7 @@ def test_the_file_is_documented_npz_with_its_metadata(tmp_path):
     assert meta == {"format": "fastckpt-network", "version": FORMAT_VERSION, "fastckpt_version": fastckpt.__version__,
                     "sizes": [5, 4, 3], "dtype": "float32", "loss": "quadratic", "l2": [0.5, 0.5],
                     "strategy": "budget(3KiB, once)", "optimizer_in_backward": False, "activation": ["sigmoid"],
-                    "training": {"epochs_done": 2, "note": "mine",
+                    "optimizer": {"name": "sgd"}, "optimizer_steps": 0, "training": {"epochs_done": 2, "note": "mine",
                                  "rng": {"pos": state["rng"][2], "has_gauss": state["rng"][3],
                                          "cached_gaussian": state["rng"][4]}}}
     loaded = fastckpt.load(path)
@@ -96,6 +96,43 @@ def test_the_activation_is_saved_and_the_loaded_net_computes_the_same(tmp_path, 
     np.testing.assert_array_equal(loaded.feedforward(x), net.feedforward(x))
 
 
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adamw"])
+def test_the_optimizer_and_its_state_are_saved_and_training_goes_on_bit_for_bit(tmp_path, rng, optimizer):
+    x, y = rng.random((6, 5)), rng.random((6, 3))
+    np.random.seed(3)
+    net = NetworkWithCheckpointing([5, 4, 4, 3], strategy="sqrt", optimizer=optimizer, activation="relu", init="he",
+                                   dtype=np.float32)
+    for _ in range(4):
+        net.update_mini_batch(x, y, 0.01)
+    path = net.save(tmp_path / "o.npz")
+    with np.load(path, allow_pickle=False) as f:
+        names = net.optimizer.state_names
+        assert sorted(f.files) == sorted(["meta"] + [f"{kind}_{i}" for kind in ("weights", "biases") for i in range(3)]
+                                         + [f"{n}_{kind}_{i}" for n in names for kind in ("weights", "biases")
+                                            for i in range(3)])
+        assert f[f"{names[-1]}_biases_2"].shape == (3, 1) and f[f"{names[-1]}_weights_2"].dtype == np.float32
+    loaded = fastckpt.load(path)
+    assert loaded.optimizer == net.optimizer and loaded.optimizer_state.steps == 4
+    for _ in range(3):
+        net.update_mini_batch(x, y, 0.01)
+        loaded.update_mini_batch(x, y, 0.01)
+    _same(loaded, net)
+    for a, b in zip(loaded.optimizer_state.buffers, net.optimizer_state.buffers):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_version_2_file_without_an_optimizer_trains_by_sgd(tmp_path):
+    path = Network([5, 4, 3], optimizer="adam").save(tmp_path / "n.npz")
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files if not k.startswith(("m_", "v_"))}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["optimizer"], meta["optimizer_steps"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+    loaded = fastckpt.load(path)
+    assert loaded.optimizer.name == "sgd" and loaded.optimizer_state.buffers == []
+
+
 def test_a_version_1_file_loads_as_a_sigmoid_net(tmp_path, rng):
     """What fastckpt 0.3 wrote: no activation in the metadata, version 1."""
     np.random.seed(1)
@@ -104,12 +141,13 @@ def test_a_version_1_file_loads_as_a_sigmoid_net(tmp_path, rng):
     with np.load(path) as f:
         arrays = {k: f[k] for k in f.files}
     meta = json.loads(str(arrays["meta"]))
-    del meta["activation"]
+    del meta["activation"], meta["optimizer"], meta["optimizer_steps"]
     meta["version"] = 1
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(path, **arrays)
     loaded = fastckpt.load(path)
     assert loaded.activation == ("sigmoid", "sigmoid") and str(loaded.strategy) == "sqrt"
+    assert loaded.optimizer.name == "sgd"
     _same(loaded, net)
 
 
@@ -149,6 +187,12 @@ def _rewrite(path, **changes):
     ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh' or 'relu'"),
     ({"meta": {"activation": ["relu", "tanh"]}}, "activation must be one name or a list of one per hidden layer (1)"),
     ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
+    ({"meta": {"optimizer": "adam"}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
+    ({"meta": {"optimizer_steps": -1}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
+    ({"meta": {"optimizer": {"name": "rmsprop"}}}, "optimizer must name one of sgd, momentum, adam, adamw"),
+    ({"meta": {"optimizer": {"name": "adam", "betas": [0.9, 2]}}}, "betas[1] must be in [0, 1), got 2"),
+    ({"meta": {"optimizer": {"name": "adam", "lr": 0.1}}}, "unexpected keyword argument 'lr'"),
+    ({"meta": {"optimizer": {"name": "momentum"}}}, "the array 'velocity_weights_0' is missing"),
     ({"meta": {"format": "something-else"}}, "not a fastckpt net"),
     ({"weights_1": np.zeros((3, 5))}, "weights_1 has shape (3, 5), but sizes [5, 4, 3] need (3, 4)"),
     ({"biases_0": np.zeros((4, 1), np.float32)}, "biases_0 is float32, but the file's dtype is float64"),

@@ -218,8 +218,10 @@ def test_segments_are_balanced_unlike_checkpoint_sequential():
 def test_plan_reports_what_a_user_needs():
     plan = fastckpt.plan([784] + [256] * 16 + [10], 64, strategy="sqrt")
     parts = plan.bytes()
-    assert parts["total"] == sum(parts[k] for k in ("parameters", "gradients", "kept_activations", "recompute_buffers",
-                                                    "shared_by_gradients", "deltas", "scratch", "blas"))
+    assert parts["total"] == sum(parts[k] for k in ("parameters", "gradients", "optimizer_state", "kept_activations",
+                                                    "recompute_buffers", "shared_by_gradients", "deltas", "scratch",
+                                                    "blas"))
+    assert parts["optimizer_state"] == 0                         # the lab's SGD keeps no state
     assert -parts["gradients"] <= parts["shared_by_gradients"] <= 0
     assert parts["activation_memory"] == parts["kept_activations"] + parts["recompute_buffers"] + parts["deltas"]
     assert plan.recompute_order == tuple(k for kind, k in plan.ops[plan.ops.index(("loss", 17)):] if kind == "fwd")

@@ -8,10 +8,15 @@ pickle needed) holding:
   (``"fastckpt-network"``), ``version`` (:data:`FORMAT_VERSION`),
   ``fastckpt_version``, ``sizes``, ``dtype``, ``loss``, ``l2`` (one per
   layer), ``activation`` (the hidden layers' names, one per layer), ``strategy``
-  (its spelling, e.g. ``"revolve(4)"``), ``optimizer_in_backward`` and
-  ``training`` (``null``, or the training state below);
+  (its spelling, e.g. ``"revolve(4)"``), ``optimizer_in_backward``,
+  ``optimizer`` (its name and settings, e.g. ``{"name": "adam", "betas": [0.9,
+  0.999], "eps": 1e-08, "weight_decay": 0.0}``), ``optimizer_steps`` (the steps
+  it has taken) and ``training`` (``null``, or the training state below);
 * ``weights_0 .. weights_{L-1}``, each (n_out, n_in), and ``biases_0 ..
   biases_{L-1}``, each (n_out, 1), in the stored dtype, bit for bit;
+* the optimizer's state in the same shapes and dtype, for each of its
+  buffers (``velocity`` for momentum, ``m`` and ``v`` for Adam and AdamW):
+  ``m_weights_0 .. m_weights_{L-1}``, ``m_biases_0 .. m_biases_{L-1}``, ...;
 * with a training state, ``rng_keys``: the 624 uint32 words of
   ``numpy.random``'s Mersenne Twister (its other three fields are in
   ``training["rng"]``).
@@ -21,7 +26,8 @@ The training state says where a run stopped, so that it can go on exactly:
 that must not change (``batch_size``, ``eta``, ``drop_last``, ``seed``,
 ``data``, ``n_train``).  ``fastckpt train --resume`` reads it.
 
-Version 1 (fastckpt 0.3) has no ``activation``: its nets are sigmoid nets.
+Version 1 (fastckpt 0.3) has no ``activation`` nor ``optimizer``: its nets are
+sigmoid nets trained by SGD.  A version-2 file without ``optimizer`` trains by SGD.
 Version 0 is what ``fastckpt train --save`` wrote in fastckpt 0.1.0: the
 weights then the biases as ``arr_0, arr_1, ...``, with no metadata.  It
 loads with the sizes and dtype read from the arrays, the quadratic loss, no
@@ -38,19 +44,15 @@ import numpy as np
 from fastckpt._version import __version__
 from fastckpt.data import npz_header
 
+from .filemeta import FORMAT, FORMAT_VERSION, NET_FIELDS, checked_meta, read_headers, training_state, wanted_members
 from .files import atomic_write, npz_name
+from .optimizers import parse_optimizer
 
-FORMAT = "fastckpt-network"
-FORMAT_VERSION = 2
-READS = (0, 1, 2)                      # the versions this fastckpt reads
 _UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError)
 # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile cannot read
 
 
-NET_FIELDS = ("sizes", "dtype", "loss", "l2", "strategy", "optimizer_in_backward", "activation")
-
-
-def write(path, net, weights, biases, *, training=None, exclusive=False):
+def write(path, net, weights, biases, *, training=None, exclusive=False, optimizer_state=None):
     """Write a net to ``path`` (``.npz`` appended if missing); returns the path written.
 
     ``net`` is a dict of :data:`NET_FIELDS` (``strategy`` spelled as a string),
@@ -59,7 +61,9 @@ def write(path, net, weights, biases, *, training=None, exclusive=False):
     disk and renamed over ``path``.  ``training`` is a dict as described in
     NOTE [ The file format ]; its ``rng`` entry, if present, is
     ``numpy.random.get_state()``.  With ``exclusive`` a file already at ``path`` (made by another
-    process since the caller checked) is not replaced: ValueError.
+    process since the caller checked) is not replaced: ValueError.  ``optimizer_state`` is
+    ``{"steps": int, "arrays": {state name: (weights, biases)}}`` in the lab's shapes, or None
+    for none (SGD).
     """
     path = os.fsdecode(os.fspath(path))
     if not path.strip() or path.endswith(os.sep):
@@ -75,6 +79,11 @@ def write(path, net, weights, biases, *, training=None, exclusive=False):
             **{key: net[key] for key in NET_FIELDS}, "training": None}
     arrays = {f"weights_{i}": np.asarray(w) for i, w in enumerate(weights)}
     arrays.update({f"biases_{i}": np.asarray(b) for i, b in enumerate(biases)})
+    if optimizer_state is not None:
+        meta["optimizer_steps"] = int(optimizer_state["steps"])
+        for name, (state_w, state_b) in optimizer_state["arrays"].items():
+            arrays.update({f"{name}_weights_{i}": np.asarray(w) for i, w in enumerate(state_w)})
+            arrays.update({f"{name}_biases_{i}": np.asarray(b) for i, b in enumerate(state_b)})
     if training is not None:
         training = dict(training)
         rng = training.pop("rng", None)
@@ -96,12 +105,14 @@ def write(path, net, weights, biases, *, training=None, exclusive=False):
 
 
 class Saved(NamedTuple):
-    """What :func:`read` found: the net's fields (:data:`NET_FIELDS`), its arrays, its training state."""
+    """What :func:`read` found: the net's fields (:data:`NET_FIELDS`), its arrays, its training state
+    and its optimizer's state (as :func:`write` takes it)."""
 
     net: dict
     weights: list
     biases: list
     training: dict | None
+    optimizer_state: dict
 
 
 def read(path):
@@ -141,15 +152,19 @@ def read(path):
     n = len(meta["sizes"]) - 1
     weights = [members[f"weights_{i}"] for i in range(n)]
     biases = [members[f"biases_{i}"].reshape(-1, 1) for i in range(n)]
+    names = parse_optimizer(meta["optimizer"]).state_names
+    state = {"steps": meta["optimizer_steps"],
+             "arrays": {name: ([members[f"{name}_weights_{i}"] for i in range(n)],
+                               [members[f"{name}_biases_{i}"] for i in range(n)]) for name in names}}
     return Saved({key: meta[key] for key in NET_FIELDS}, weights, biases,
-                 _training(meta.get("training"), members, path))
+                 training_state(meta.get("training"), members, path), state)
 
 
 def _members(archive, path):
     """The checked metadata and every array the format names, read after their headers are checked."""
-    headers = _headers(archive, path)
-    meta = _meta(archive, headers, path)
-    wanted = _wanted(meta, headers, path)
+    headers = read_headers(archive, path)
+    meta = checked_meta(archive, headers, path)
+    wanted = wanted_members(meta, headers, path)
     extra = sorted(set(headers) - {stored for stored, _, _ in wanted.values()} - {"meta"})
     if extra:
         raise ValueError(f"path {path!r}: holds arrays a saved net of sizes {meta['sizes']} does not: "
@@ -170,130 +185,3 @@ def _members(archive, path):
             raise ValueError(f"path {path!r}: {exc}") from None
         members[name] = archive[stored]
     return meta, members
-
-
-# -- helpers ----------------------------------------------------------------------------------
-def _headers(archive, path):
-    """``{member: (shape, dtype)}`` from each ``.npy`` header, read before any data (no allocation)."""
-    headers = {}
-    for member in archive.zip.namelist():
-        if not member.endswith(".npy"):
-            raise ValueError(f"path {path!r}: member {member!r} is not a .npy array; a saved net holds only those")
-        name = member[:-len(".npy")]
-        with archive.zip.open(member) as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"path {path!r}: member {name!r} is .npy version {version}, which a saved net "
-                                 "never has")
-        if dtype.hasobject:
-            raise ValueError(f"path {path!r}: member {name!r} holds Python objects; a saved net holds numbers only")
-        headers[name] = (tuple(shape), dtype)
-    return headers
-
-
-def _meta(archive, headers, path):
-    """The checked metadata; a version-0 file's is made from its headers."""
-    if "meta" not in headers:
-        return _legacy_meta(headers, path)
-    shape, dtype = headers["meta"]
-    if shape != () or dtype.kind != "U" or dtype.itemsize > 2**22:
-        raise ValueError(f"path {path!r}: its meta member must be one JSON string, got shape {shape} of {dtype}")
-    try:
-        meta = json.loads(str(archive["meta"][()]))
-    except (ValueError, TypeError, IndexError, RecursionError) as exc:
-        raise ValueError(f"path {path!r}: its metadata is not JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        shown = meta.get("format") if isinstance(meta, dict) else meta
-        raise ValueError(f"path {path!r}: not a fastckpt net (format {shown!r})")
-    version = meta.get("version")
-    if type(version) is not int or version not in READS:
-        raise ValueError(f"path {path!r}: format version {version!r}, but this fastckpt reads versions "
-                         f"{', '.join(map(str, READS[:-1]))} and {READS[-1]}; it was written by fastckpt "
-                         f"{meta.get('fastckpt_version', '?')}")
-    if version == 1:
-        if "activation" in meta:
-            raise ValueError(f"path {path!r}: a version-1 file has no activation, but this one names "
-                             f"{meta['activation']!r}")
-        meta["activation"] = "sigmoid"
-    keys = NET_FIELDS
-    missing = [k for k in keys if k not in meta]
-    if missing:
-        raise ValueError(f"path {path!r}: its metadata lacks {', '.join(missing)}")
-    sizes, l2 = meta["sizes"], meta["l2"]
-    if not isinstance(sizes, list) or len(sizes) < 2 or not all(type(v) is int and v >= 1 for v in sizes):
-        raise ValueError(f"path {path!r}: sizes must be a list of at least two integers >= 1, got {sizes!r}")
-    if meta["dtype"] not in ("float32", "float64"):
-        raise ValueError(f"path {path!r}: dtype must be float32 or float64, got {meta['dtype']!r}")
-    numbers = l2 if isinstance(l2, list) else [l2]
-    if not all(type(v) in (int, float) for v in numbers):
-        raise ValueError(f"path {path!r}: l2 must be a number or a list of numbers, got {l2!r}")
-    if not isinstance(meta["strategy"], str) or not isinstance(meta["loss"], str):
-        raise ValueError(f"path {path!r}: strategy and loss must be strings, got {meta['strategy']!r} and "
-                         f"{meta['loss']!r}")
-    names = meta["activation"] if isinstance(meta["activation"], list) else [meta["activation"]]
-    if not all(isinstance(v, str) for v in names):
-        raise ValueError(f"path {path!r}: activation must be a name or a list of names, got {meta['activation']!r}")
-    return meta
-
-
-def _legacy_meta(headers, path):
-    """Version 0: ``arr_0 .. arr_{2L-1}``, the weights then the biases, float32 or float64."""
-    count = len(headers)
-    names = [f"arr_{i}" for i in range(count)]
-    if count < 2 or count % 2 or sorted(headers) != sorted(names):
-        raise ValueError(f"path {path!r}: not a fastckpt net: it holds {sorted(headers)[:6]}, neither 'meta' "
-                         "nor the weights and biases arr_0, arr_1, ... of a version-0 file")
-    n = count // 2
-    shapes = [headers[f"arr_{i}"][0] for i in range(n)]
-    if any(len(shape) != 2 for shape in shapes):
-        raise ValueError(f"path {path!r}: a version-0 file's first {n} arrays must be 2-D weights, got shapes "
-                         f"{shapes}")
-    dtype = headers["arr_0"][1]
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"path {path!r}: a version-0 file's weights must be float32 or float64, got {dtype}")
-    return {"sizes": [int(shapes[0][1])] + [int(shape[0]) for shape in shapes], "dtype": dtype.name,
-            "loss": "quadratic", "l2": 0.0, "strategy": "plain", "optimizer_in_backward": False, "training": None,
-            "activation": "sigmoid", "version": 0}
-
-
-def _wanted(meta, headers, path):
-    """``{name: (stored member, shape, dtype)}`` of every array the file must hold."""
-    sizes, dtype = meta["sizes"], np.dtype(meta["dtype"])
-    n = len(sizes) - 1
-    legacy = meta.get("version") == 0
-    wanted = {}
-    for i in range(n):
-        bias_shape = headers.get(f"arr_{n + i}" if legacy else f"biases_{i}", ((),))[0]
-        wanted[f"weights_{i}"] = (f"arr_{i}" if legacy else f"weights_{i}", (sizes[i + 1], sizes[i]), dtype)
-        wanted[f"biases_{i}"] = (f"arr_{n + i}" if legacy else f"biases_{i}",
-                                 (sizes[i + 1],) if legacy and len(bias_shape) == 1 else (sizes[i + 1], 1), dtype)
-    training = meta.get("training")
-    if isinstance(training, dict) and training.get("rng") is not None:
-        wanted["rng_keys"] = ("rng_keys", (624,), np.dtype(np.uint32))
-    for stored, _, _ in wanted.values():
-        if stored not in headers:
-            raise ValueError(f"path {path!r}: the array {stored!r} is missing")
-    return wanted
-
-
-def _training(training, members, path):
-    """The training state as saved, with ``rng`` made a ``numpy.random.set_state`` tuple."""
-    if training is None:
-        return None
-    if not isinstance(training, dict):
-        raise ValueError(f"path {path!r}: its training state must be a JSON object, got {training!r}")
-    training = dict(training)
-    rng = training.get("rng")
-    if rng is not None:
-        fields = ("pos", "has_gauss", "cached_gaussian")
-        if not isinstance(rng, dict) or any(k not in rng for k in fields) or type(rng["pos"]) is not int \
-                or not 0 <= rng["pos"] <= 624 or rng["has_gauss"] not in (0, 1) \
-                or type(rng["cached_gaussian"]) not in (int, float):
-            raise ValueError(f"path {path!r}: its training state's rng must hold pos (0..624), has_gauss (0 or 1) "
-                             f"and cached_gaussian, got {rng!r}")
-        training["rng"] = ("MT19937", members["rng_keys"], rng["pos"], rng["has_gauss"], rng["cached_gaussian"])
-    return training

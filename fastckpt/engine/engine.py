@@ -2,7 +2,8 @@
 
 The public verbs are :meth:`Engine.gradients` (the batch-mean gradients of
 ``(x, y)`` at some :class:`~fastckpt.core.params.Parameters`, into the engine's own
-buffer or one you pass) and :meth:`Engine.sgd` (one SGD step);
+buffer or one you pass), :meth:`Engine.sgd` (one SGD step) and :meth:`Engine.step`
+(one step of any optimizer, with its state);
 :meth:`Parameters.update <fastckpt.core.params.Parameters.update>` applies a flat
 update.  :class:`~fastckpt.nets.network.Network`, the threads' and MPI's data
 parallelism and pipeline stages use nothing else.
@@ -117,6 +118,25 @@ class Engine:
                 params.update(self.grad, eta)
                 return loss
             return self._run(params, x, y, names, None, eta)
+
+    def step(self, params, x, y, eta, state, *, names=("x", "y")):
+        """One step of ``state``'s optimizer (:class:`~fastckpt.core.optimizers.OptimizerState`) on
+        ``(x, y)``, in place; returns the mean loss.
+
+        SGD is :meth:`sgd`.  Any other optimizer computes the gradients, then applies its
+        update, refused whole if a parameter or a state value would become NaN or inf.
+        """
+        if state.optimizer.slots == 0:
+            return self.sgd(params, x, y, eta, names=names)
+        eta = check_eta(eta)
+        self._check(params)
+        if self.plan.optimizer_in_backward:
+            raise ValueError(f"this engine's plan applies SGD in the backward pass; {state.optimizer.name} "
+                             "needs a plan with optimizer_in_backward=False")
+        with self._running():
+            loss = self._run(params, x, y, names, self.grad, None)
+            state.apply(params, self.grad, eta)
+            return loss
 
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""

@@ -1,14 +1,17 @@
 """The lab's training loop, shared by :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>` and every
 parallel trainer (threads, MPI data, pipeline and tensor parallelism):
-arguments checked once, mini-batches in order, RSS and time per update, accuracy per epoch.
+arguments checked once, mini-batches in order, RSS and time per update, accuracy per epoch;
+and, for a net's own ``SGD``, a held-out validation set and a new order every epoch.
 """
+import operator
 import os
 import time
 import warnings
 
+import numpy as np
 import psutil
 
-from fastckpt.core.checks import as_batch, as_targets, check_eta, check_finite_rows, check_positive_int
+from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
 
 
 def check_training(net, training_data, epochs, mini_batch_size, eta):
@@ -51,43 +54,108 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
 
 
 def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
-               first_epoch=0):
+               first_epoch=0, validation=None, start_epoch=None):
     """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
 
     Records the process RSS before each update and its duration, evaluates and
     prints per epoch as the lab does; returns (memusage, updatetime).  Epochs
-    are numbered from ``first_epoch``; ``on_epoch(epoch, updates_done)`` is
-    called after each.  The whole run holds the net's lock (or ``lock``): it is
-    one call, and other threads' calls wait for it.
+    are numbered from ``first_epoch``; ``start_epoch(epoch)`` is called before
+    each and ``on_epoch(epoch, updates_done)`` after each.  ``net.history`` gets
+    per epoch the mean of the losses ``update`` returns (``"loss"``; none if it
+    returns None), the accuracy on ``test_data`` and on ``validation``, a pair
+    ``(x, y)``, which the printed line then shows too.  The whole run holds the
+    net's lock (or ``lock``): it is one call, and other threads' calls wait for it.
     """
     if test_data is not None:
-        x_test, y_test = pair(test_data, "test_data")
+        pair(test_data, "test_data")                     # refused before any training, not after an epoch
     process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
     with net.params.lock if lock is None else lock:
         net.accuracies = []
+        net.history = {"loss": [], "accuracy": net.accuracies, "val_accuracy": []}
         for j in range(epochs):
+            epoch = first_epoch + j
+            if start_epoch is not None:
+                start_epoch(epoch)
+            losses = []
             for i, group in enumerate(groups):
                 t0 = time.perf_counter()
                 memusage.append(process.memory_info().rss)
                 try:
-                    update(group)
+                    losses.append(update(group))
                 except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {first_epoch + j}, update {i}: {exc}") \
-                        from exc
+                    raise FloatingPointError(f"training stopped at epoch {epoch}, update {i}: {exc}") from exc
                 updatetime.append(time.perf_counter() - t0)
                 if progress is not None:
                     progress(j, i + 1, len(groups))
-            if test_data is not None:
-                acc = net.evaluate(x_test, y_test)
-                net.accuracies.append(acc)
-                if verbose:
-                    print("Epoch: {0}, Accuracy: {1}".format(first_epoch + j, acc), flush=True)
-            elif verbose:
-                print("Epoch: {0}".format(first_epoch + j), flush=True)
+            line = _end_epoch(net, epoch, losses, test_data, validation)
+            if verbose:
+                print(line, flush=True)
             if on_epoch is not None:
-                on_epoch(first_epoch + j, len(updatetime))
+                on_epoch(epoch, len(updatetime))
     return memusage, updatetime
+
+
+def _end_epoch(net, epoch, losses, test_data, validation):
+    """Record the epoch's mean loss and accuracies in ``net.history``; returns the line to print (the lab's
+    ``Epoch: 3, Accuracy: 0.85``, with the training loss and validation accuracy when validating)."""
+    line = "Epoch: {0}".format(epoch)
+    if losses and all(loss is not None for loss in losses):
+        net.history["loss"].append(float(np.mean(losses)))
+    if test_data is not None:
+        acc = net.evaluate(*pair(test_data, "test_data"))
+        net.accuracies.append(acc)
+        line += ", Accuracy: {0}".format(acc)
+    if validation is not None:
+        val = net.evaluate(*validation)
+        net.history["val_accuracy"].append(val)
+        if net.history["loss"]:
+            line += f", training loss: {net.history['loss'][-1]:.6g}"
+        line += f", validation accuracy: {val}"
+    return line
+
+
+def split_validation(net, training_data, validation):
+    """``(training_data, validation_data)``: ``validation`` None (no validation), a pair ``(x, y)``
+    used as it is, or a fraction in (0, 1) of the training samples held out from its end, as
+    Keras' ``validation_split`` takes them (before any shuffling)."""
+    if validation is None:
+        return training_data, None
+    if isinstance(validation, (tuple, list)):
+        x_val, y_val = pair(validation, "validation")
+    else:
+        x, y = pair(training_data, "training_data")
+        try:
+            fraction = float(validation)
+        except (TypeError, ValueError):
+            fraction = None
+        if isinstance(validation, (bool, str)) or fraction is None or not 0 < fraction < 1:
+            raise ValueError(f"validation must be a fraction in (0, 1) or a pair (x, y), got {validation!r}")
+        n = len(x)
+        split = int(n * (1 - fraction))
+        if not 0 < split < n:
+            raise ValueError(f"validation={validation!r} of {n} training samples leaves {split} to train on and "
+                             f"{n - split} to validate on; each needs at least one")
+        training_data, (x_val, y_val) = (x[:split], y[:split]), (x[split:], y[split:])
+    x_val = as_batch(x_val, net.sizes[0], "validation[0]", "input")
+    return training_data, (x_val, as_labels(y_val, net.sizes[-1], x_val.shape[0], ("validation[0]", "validation[1]")))
+
+
+def epoch_order(shuffle, n):
+    """``order(epoch)``: None (the lab's order) with ``shuffle`` False, else a permutation of ``n``
+    samples: from ``numpy.random``'s global state with True, or from the integer seed and the
+    epoch's number alone (so a resumed run shuffles as the first one would have)."""
+    if shuffle is False or shuffle is None:
+        return lambda epoch: None
+    if shuffle is True:
+        return lambda epoch: np.random.permutation(n)
+    try:
+        seed = operator.index(shuffle)
+    except TypeError:
+        seed = -1
+    if seed < 0:
+        raise ValueError(f"shuffle must be False, True or an integer seed >= 0, got {shuffle!r}")
+    return lambda epoch: np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def pair(data, name):

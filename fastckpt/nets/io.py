@@ -12,9 +12,10 @@ def load(path):
     Returns a :class:`~fastckpt.nets.checkpointing.NetworkWithCheckpointing`
     when the file names a strategy other than ``plain``, else a
     :class:`~fastckpt.nets.network.Network`, with the saved parameters bit for
-    bit.  If the file holds a training state it is in ``net.training_state``
-    (a dict; ``rng`` is a tuple for ``numpy.random.set_state``), else that is
-    None.  ``numpy.random``'s own state is not touched.
+    bit, and the optimizer with its state.  If the file holds a training state
+    it is in ``net.training_state`` (a dict; ``rng`` is a tuple for
+    ``numpy.random.set_state``), else that is None.  ``numpy.random``'s own
+    state is not touched.
 
     Raises
     ------
@@ -26,6 +27,7 @@ def load(path):
     try:
         net = blank(**saved.net)
         net.weights, net.biases = saved.weights, saved.biases
+        net.optimizer_state.restore(net.sizes, saved.optimizer_state["steps"], saved.optimizer_state["arrays"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"path {path!r}: {exc}") from None
     net.training_state = saved.training
@@ -36,16 +38,17 @@ def save_arrays(path, sizes, dtype, weights, biases, *, loss="quadratic", l2=0.0
                 training=None, exclusive=False):
     """Save a net known by its arrays (a pipeline or tensor-parallel trainer's gathered ones: sigmoid nets)."""
     net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=False,
-                activation="sigmoid")
+                activation="sigmoid", optimizer="sgd")
     net.weights, net.biases = weights, biases
     return net.save(path, training=training, exclusive=exclusive)
 
 
-def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward, activation):
+def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward, activation, optimizer):
     """A net with zero parameters, made without drawing from ``numpy.random``: a
     :class:`NetworkWithCheckpointing` unless ``strategy`` is plain."""
     strategy = parse_strategy(strategy)
-    kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2, "activation": activation}
+    kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2, "activation": activation,
+              "optimizer": optimizer}
     if isinstance(strategy, Plain):
         return Network.blank(sizes, dtype, **kwargs)
     return NetworkWithCheckpointing.blank(sizes, dtype, strategy=strategy, **kwargs)

@@ -5,28 +5,21 @@ import numpy as np
 
 from fastckpt.core import fileformat
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import (
-    as_batch,
-    as_labels,
-    as_rows,
-    check_dtype,
-    check_eta,
-    check_finite,
-    check_l2,
-    check_sizes,
-    shaped_like,
-)
+from fastckpt.core.checks import as_batch, check_dtype, check_eta, check_l2, check_sizes
 from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
+from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
+from fastckpt.data.images import Images
 from fastckpt.engine import Engine
-from fastckpt.engine.inference import forward, in_chunks
-from fastckpt.engine.loop import batch_starts, check_training, run_epochs
+from fastckpt.engine.loop import batch_starts, check_training, epoch_order, run_epochs, split_validation
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Plain
 
+from .predicting import Predicting
 
-class Network:
+
+class Network(Predicting):
     """A fully connected network trained by SGD, as the lab's ``Network`` (sigmoid by default).
 
     Parameters
@@ -60,6 +53,15 @@ class Network:
         Keras' default.  ``"he"`` (``"kaiming"``): weights normal with standard
         deviation ``sqrt(2 / fan_in)``, PyTorch's ``kaiming_normal_``.  Biases are
         0 for both (:mod:`fastckpt.core.init`).
+    optimizer : {"sgd", "momentum", "adam", "adamw"} or Optimizer, optional
+        The update rule of ``update_mini_batch`` and ``SGD``, whose learning
+        rate is their ``eta``: ``"sgd"`` (default, the lab's), ``"momentum"``
+        (0.9), ``"adam"`` or ``"adamw"`` with PyTorch's defaults, or an object of
+        :mod:`fastckpt.optimizers` for other hyper-parameters, e.g.
+        ``Momentum(0.8, nesterov=True)`` or ``Adam(betas=(0.9, 0.99))``.
+        Its state (:attr:`optimizer_state`) is kept with the parameters and
+        counted in the plan's bytes.  Only ``"sgd"`` runs with
+        ``optimizer_in_backward=True``.
 
     Attributes
     ----------
@@ -74,6 +76,10 @@ class Network:
         ``biases[i]`` has shape (sizes[i+1], 1); the same rules.
     params : Parameters
         The one owner of the weights and biases (:mod:`fastckpt.core.params`).
+    optimizer, optimizer_state : Optimizer, OptimizerState
+        The update rule, and its state: buffers in the parameters' layout
+        (velocity, or Adam's ``m`` and ``v``) and the steps taken
+        (:mod:`fastckpt.core.optimizers`).
 
     Notes
     -----
@@ -89,23 +95,25 @@ class Network:
     training_state = None            # set by fastckpt.load when the file holds one
 
     def __init__(self, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
-                 activation="sigmoid", init="lab"):
+                 activation="sigmoid", init="lab", optimizer="sgd"):
         init = check_init(init)
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
+        self._configure(sizes, dtype, optimizer_in_backward=optimizer_in_backward, loss=loss, l2=l2,
+                        activation=activation, optimizer=optimizer)
         weights, biases = self.params.layers()
         blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
         draw(init, self.sizes, lambda kind, layer: whole(blocks[kind][layer]))
 
     @classmethod
     def blank(cls, sizes, dtype=np.float64, *, optimizer_in_backward=False, loss="quadratic", l2=0.0,
-              activation="sigmoid"):
+              activation="sigmoid", optimizer="sgd"):
         """A net with zero parameters, made without drawing from ``numpy.random``: for filling in
         known values (:func:`fastckpt.load` does)."""
         self = cls.__new__(cls)
-        self._configure(sizes, dtype, optimizer_in_backward, loss, l2, activation)
+        self._configure(sizes, dtype, optimizer_in_backward=optimizer_in_backward, loss=loss, l2=l2,
+                        activation=activation, optimizer=optimizer)
         return self
 
-    def _configure(self, sizes, dtype, optimizer_in_backward, loss, l2, activation):
+    def _configure(self, sizes, dtype, *, optimizer_in_backward, loss, l2, activation, optimizer):
         """Everything but the parameters' values (zeros): shared by ``__init__`` and :meth:`blank`."""
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
@@ -116,9 +124,14 @@ class Network:
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
+        self.optimizer = parse_optimizer(optimizer)
+        if self.optimizer_in_backward and self.optimizer.slots:
+            raise ValueError(f"optimizer_in_backward=True applies SGD inside the backward pass; optimizer "
+                             f"{self.optimizer.name!r} needs the whole gradient: give optimizer_in_backward=False")
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self.params = Parameters(sizes, dtype)
+        self.optimizer_state = OptimizerState(self.optimizer, self.params)
         self._engine = None
         self.last_loss = None
 
@@ -157,7 +170,7 @@ class Network:
         net's own strategy and update mode unless given, and the BLAS threads of now unless given)."""
         fused = self.optimizer_in_backward if optimizer_in_backward is None else optimizer_in_backward
         return make_plan(self.sizes, batch_size, self.dtype, self.strategy if strategy is None else strategy,
-                         optimizer_in_backward=fused, blas_threads=blas_threads)
+                         optimizer_in_backward=fused, blas_threads=blas_threads, optimizer=self.optimizer)
 
     def engine(self, batch_size):
         """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples.
@@ -188,22 +201,25 @@ class Network:
             return [b.reshape(-1, 1).copy() for b in gb], [w.copy() for w in gw]
 
     def update_mini_batch(self, x_mini_batch, y_mini_batch, eta):
-        """One SGD step on the batch-mean gradient; parameters are updated in place.
+        """One step of the net's optimizer (the lab's SGD by default) on the batch-mean gradient, with
+        learning rate ``eta``; parameters and the optimizer's state are updated in place.
 
-        An update that would make a parameter NaN or inf raises
-        FloatingPointError and leaves the parameters as they were.
+        An update that would make a parameter (or a state value) NaN or inf raises
+        FloatingPointError and leaves the parameters (and the state) as they were.
         """
         eta = check_eta(eta)
         names = ("x_mini_batch", "y_mini_batch")
         with self.params.lock:
             engine = self._engine_for(x_mini_batch, names[0])
-            self.last_loss = engine.sgd(self.params, x_mini_batch, y_mini_batch, eta, names=names)
+            self.last_loss = engine.step(self.params, x_mini_batch, y_mini_batch, eta, self.optimizer_state,
+                                         names=names)
 
     def cost_derivative(self, output_activations, y):
         return output_activations - y
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0):
+            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0, shuffle=False,
+            validation=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
@@ -215,79 +231,58 @@ class Network:
         every update, and ``on_epoch(epoch, updates_done)`` after every epoch
         (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
         epochs from there, for a run that goes on from a saved one.
+
+        ``shuffle``: False (default) takes the mini-batches in order, as the lab;
+        True draws a new order every epoch from ``numpy.random`` (``np.random.seed``
+        makes it reproducible); an integer seeds each epoch's order from the seed
+        and the epoch's number alone, so a resumed run shuffles as an unbroken one.
+        ``validation``: a fraction in (0, 1) holds out that share of the training
+        samples, the last ones (as Keras' ``validation_split``, before shuffling), or a
+        pair ``(x, y)``; its accuracy and the mean training loss are then printed
+        every epoch.  ``self.history`` keeps per epoch the mean training loss
+        (``"loss"``, the mean of the mini-batches' losses before their updates),
+        the test accuracy (``"accuracy"``) and the validation accuracy (``"val_accuracy"``).
         """
+        training_data, val_data = split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
         starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+        order = epoch_order(shuffle, len(x_train))
+        if shuffle is not False:                               # rows are taken by index: arrays, not lists
+            x_train, y_train = (a if isinstance(a, Images) else np.asarray(a) for a in (x_train, y_train))
+        rows = [None]                                          # this epoch's order, or None for the lab's
+
+        def start_epoch(epoch):
+            rows[0] = order(epoch)
 
         def update(group):
-            s = group[0]
-            self.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+            take = slice(group[0], group[0] + mini_batch_size)
+            if rows[0] is not None:
+                take = rows[0][take]
+            self.update_mini_batch(x_train[take], y_train[take], eta)
+            return self.last_loss
         return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
-                          on_epoch=on_epoch, first_epoch=first_epoch)
-
-    # -- inference --------------------------------------------------------------------------
-    def _forward(self, a, start, end):
-        with self.params.lock:
-            return forward(self.params, self._acts, a, start, end)
-
-    def _as_input(self, a, width, name):
-        """(batch, width) contiguous array in the network's dtype, and how to shape results."""
-        arr, layout = as_rows(a, width, name, "input" if width == self.sizes[0] else "receiving")
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        check_finite(arr, name)
-        return arr, layout
-
-    def _in_chunks(self, x, name, consume):
-        with self.params.lock:                                 # every chunk sees the same parameters
-            in_chunks(self.params, self._acts, x, name, consume)
-
-    def feedforward(self, a):
-        """Network output for one (n_in, 1) column, one (n_in,) vector or a batch."""
-        arr, layout = as_rows(a, self.sizes[0], "a", "input")
-        out = np.empty((arr.shape[0], self.sizes[-1]), dtype=self.dtype)
-        self._in_chunks(arr, "a", lambda i, chunk: out.__setitem__(slice(i, i + chunk.shape[0]), chunk))
-        return shaped_like(out, layout)
-
-    def predict(self, x):
-        """Class indices: the arg-max output of each sample of a batch, an int for one sample.
-
-        ``x`` is (batch, n_in), the lab's (batch, n_in, 1), one (n_in,) vector
-        or one (n_in, 1) column.
-        """
-        arr, layout = as_rows(x, self.sizes[0], "x", "input")
-        labels = np.empty(arr.shape[0], dtype=np.int64)
-        self._in_chunks(arr, "x", lambda i, chunk: chunk.argmax(axis=1, out=labels[i:i + chunk.shape[0]]))
-        return int(labels[0]) if layout in ("vector", "column") else labels
-
-    def evaluate(self, x_test_data, y_test_data):
-        """Fraction of samples whose arg-max output matches the label (one-hot or integer)."""
-        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
-        y = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        hits = [0]
-
-        def count(i, chunk):
-            hits[0] += int(np.count_nonzero(chunk.argmax(axis=1) == y[i:i + chunk.shape[0]]))
-        self._in_chunks(x, "x_test_data", count)
-        return hits[0] / x.shape[0]
+                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=start_epoch)
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):
         """Write the net to ``path`` (``.npz`` appended if missing), atomically; :func:`fastckpt.load` reads it.
 
         The format (versioned, documented in :mod:`fastckpt.core.fileformat`)
-        keeps the sizes, dtype, loss, l2, activation, strategy and optimizer mode with the
-        parameters bit for bit.  ``training``, a dict, is stored beside them
+        keeps the sizes, dtype, loss, l2, activation, strategy, optimizer mode, and the
+        optimizer with its state, with the parameters bit for bit, so training goes on
+        after :func:`fastckpt.load` exactly as if never stopped.  ``training``, a dict, is stored beside them
         (``fastckpt train`` keeps its epoch, update count, accuracies and
         ``numpy.random`` state there).  ``exclusive``: never replace a file (one
         another process wrote meanwhile, say).  Returns the path written.
         """
-        with self.params.lock:          # one consistent set of parameters, written from where they are (no copy)
+        with self.params.lock:          # one consistent set of parameters and state, written from where they are
+            state = {"steps": self.optimizer_state.steps, "arrays": self.optimizer_state.arrays(self.sizes)}
             return fileformat.write(path, self.fields(), self.weights, self.biases, training=training,
-                                    exclusive=exclusive)
+                                    exclusive=exclusive, optimizer_state=state)
 
     def fields(self):
         """What a saved file records besides the parameters (:data:`fastckpt.core.fileformat.NET_FIELDS`)."""
         return {"sizes": list(self.sizes), "dtype": self.dtype.name, "loss": self.loss, "l2": list(self.l2),
                 "strategy": str(self.strategy), "optimizer_in_backward": self.optimizer_in_backward,
-                "activation": list(self.activation)}
+                "activation": list(self.activation), "optimizer": self.optimizer.to_dict()}

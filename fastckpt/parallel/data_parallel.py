@@ -46,6 +46,9 @@ class MPITrainer(RankTrainer):
     def __init__(self, net, comm=None):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
+        if net.optimizer.slots:
+            raise ValueError(f"MPI data parallelism applies the lab's SGD only; this net's optimizer is "
+                             f"{net.optimizer}")
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size

@@ -53,6 +53,8 @@ class DataParallel:
     def __init__(self, net, threads=2):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
+        if net.optimizer.slots:
+            raise ValueError(f"DataParallel applies the lab's SGD only; this net's optimizer is {net.optimizer}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),

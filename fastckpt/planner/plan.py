@@ -4,12 +4,13 @@
 tree (:mod:`fastckpt.planner.trees`), walks it into the op list and workspace offsets
 the engine runs, and predicts the step's bytes by part.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fastckpt.core.checks import check_dtype, check_positive_int, check_sizes
 from fastckpt.core.layout import grad_bytes, param_layout
+from fastckpt.core.optimizers import SGD, parse_optimizer
 from fastckpt.kernels import blas_threads as current_blas_threads
 
 from .costs import act_bytes, blas_bytes, delta_elems, describe_sizes, forward_flops, state_bytes, step_flops
@@ -50,6 +51,8 @@ class Plan:
         kept activations plus recompute buffers.
     optimizer_in_backward : bool
         Whether training applies SGD inside the backward pass, with no gradient buffers.
+    optimizer : Optimizer
+        The update rule (:mod:`fastckpt.core.optimizers`), whose state the bytes count.
     blas_threads : int
         BLAS threads the prediction assumes.
     arena_elems : int
@@ -72,10 +75,11 @@ class Plan:
     optimizer_in_backward: bool = False
     blas_threads: int = 1
     arena_elems: int = 0
+    optimizer: object = field(default_factory=SGD)
 
     def _key(self):
         return (self.sizes, self.batch_size, self.dtype, str(self.strategy), self.optimizer_in_backward,
-                self.blas_threads, self.tree)
+                self.blas_threads, self.tree, str(self.optimizer))
 
     def __eq__(self, other):
         return isinstance(other, Plan) and self._key() == other._key()
@@ -85,7 +89,8 @@ class Plan:
 
     def __repr__(self):
         return (f"Plan({describe_sizes(self.sizes)}, batch_size={self.batch_size}, dtype={self.dtype.name}, "
-                f"strategy={self.strategy}{', optimizer_in_backward=True' if self.optimizer_in_backward else ''})")
+                f"strategy={self.strategy}{', optimizer_in_backward=True' if self.optimizer_in_backward else ''}"
+                f"{'' if self.optimizer.slots == 0 else f', optimizer={self.optimizer}'})")
 
     @property
     def grad_offset(self):
@@ -123,7 +128,8 @@ class Plan:
 
         ``activation_memory`` is what a ``budget`` bounds: kept activations,
         recompute buffers and deltas.  ``total`` adds parameters, gradients
-        (none with the optimizer in backward), the float64 scratch row and
+        (none with the optimizer in backward), the optimizer's state (velocity,
+        or Adam's ``m`` and ``v``: buffers the size of the parameters), the float64 scratch row and
         OpenBLAS's per-call job table when its GEMMs run threaded.
         ``shared_by_gradients`` (zero or negative) is the activation memory that
         gradients reuse once backprop has freed it.
@@ -136,6 +142,7 @@ class Plan:
         parts = {
             "parameters": params,
             "gradients": grads,
+            "optimizer_state": self.optimizer.slots * params,
             "kept_activations": kept,
             "recompute_buffers": workspace - kept,
             "shared_by_gradients": self.arena_elems * item - workspace - grads,
@@ -154,7 +161,8 @@ class Plan:
         order = self.recompute_order
         lines = [
             f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
-            f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}",
+            f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}"
+            f"{'' if self.optimizer.slots == 0 else f', {self.optimizer.name}'}",
             f"kept after the forward pass: {_spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
             "input)",
             f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
@@ -182,7 +190,7 @@ def _spans(values, ordered=False):
 
 
 def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
-                 blas_threads=1):
+                 blas_threads=1, optimizer=None):
     """Lay a tree out for one batch size and dtype."""
     sizes = tuple(int(s) for s in sizes)
     dtype = np.dtype(dtype)
@@ -199,11 +207,12 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
             counts[layer] += 1
     counts.setflags(write=False)
     return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
-                counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item)
+                counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item,
+                SGD() if optimizer is None else parse_optimizer(optimizer))
 
 
 def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
-         blas_threads=None):
+         blas_threads=None, optimizer="sgd"):
     """The :class:`Plan` of one training step, before any work.
 
     Parameters
@@ -222,6 +231,10 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
         Plan for SGD applied inside the backward pass (no gradient buffers).
     blas_threads : int, optional
         BLAS threads to plan for; default: what numpy's OpenBLAS uses now.
+    optimizer : str or Optimizer, optional
+        The update rule (``"sgd"``, ``"momentum"``, ``"adam"``, ``"adamw"``, or an object of
+        :mod:`fastckpt.optimizers`); its state is the ``optimizer_state`` part of the bytes,
+        and ``fit(bytes)`` counts it.
 
     Raises
     ------
@@ -236,13 +249,18 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     batch_size = check_positive_int(batch_size, "batch_size")
     dtype = check_dtype(dtype)
     strategy = parse_strategy(strategy)
+    optimizer = parse_optimizer(optimizer)
+    if optimizer_in_backward and optimizer.slots:
+        raise ValueError(f"optimizer_in_backward applies SGD inside the backward pass; optimizer {optimizer.name!r} "
+                         "needs the whole gradient: give optimizer_in_backward=False")
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
     try:
-        tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads)
+        tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads,
+                                  optimizer.slots)
     except PlanTooCostly as exc:
         raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy,
-                        optimizer_in_backward=optimizer_in_backward, blas_threads=threads)
+                        optimizer_in_backward=optimizer_in_backward, blas_threads=threads, optimizer=optimizer)
 
 
 def _count(n, noun):

@@ -28,9 +28,10 @@ class Strategy:
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1):
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
         """The tree for a whole training step: :meth:`tree`, unless the strategy bounds the
-        step's total bytes (:class:`Fit`), which depend on the update mode and BLAS threads."""
+        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads and
+        the optimizer's state (``optimizer_slots`` buffers the size of the parameters)."""
         return self.tree(sizes, batch_size, itemsize)
 
     def check(self, sizes):
@@ -163,8 +164,8 @@ class Fit(Strategy):
     """The least recomputation whose whole training step is predicted to fit ``nbytes``.
 
     Where ``budget(bytes)`` bounds the activation memory only, ``fit(bytes)``
-    bounds the plan's predicted ``total``: parameters, gradients, activations,
-    deltas, scratch and BLAS's buffers.  memray measures that total to within
+    bounds the plan's predicted ``total``: parameters, gradients, the optimizer's
+    state, activations, deltas, scratch and BLAS's buffers.  memray measures that total to within
     the few tens of KiB of Python objects (views, the op list) a net and its
     plan add, so leave that much room when the bound is a hard one.
     It does not count the Python interpreter and libraries nor the training
@@ -179,9 +180,10 @@ class Fit(Strategy):
     def tree(self, sizes, batch_size, itemsize):
         return self.step_tree(sizes, batch_size, itemsize)
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1):
-        fixed = (param_layout(sizes, itemsize)[1] * itemsize + delta_elems(sizes, batch_size) * itemsize
-                 + max(sizes[1:]) * 8 + blas_bytes(sizes, batch_size, blas_threads))
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
+        fixed = ((1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
+                 + delta_elems(sizes, batch_size) * itemsize + max(sizes[1:]) * 8
+                 + blas_bytes(sizes, batch_size, blas_threads))
         w = state_bytes(sizes, batch_size, itemsize)
         grads = None if optimizer_in_backward else grad_bytes(sizes, itemsize)
         flops = forward_flops(sizes, batch_size)
@@ -193,7 +195,8 @@ class Fit(Strategy):
         raise InfeasiblePlan(
             f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
             f"{least} bytes ({least / 2**20:.2f} MiB) for a training step, of which {fixed} "
-            f"({fixed / 2**20:.2f} MiB) are parameters, deltas and buffers no schedule removes; got {self.nbytes}",
+            f"({fixed / 2**20:.2f} MiB) are parameters{', optimizer state' if optimizer_slots else ''}, deltas and "
+            f"buffers no schedule removes; got {self.nbytes}",
             least)
 
     def __str__(self):

@@ -1,0 +1,218 @@
+"""Optimizers and their state: what a training step does with the gradient, after the lab's plain SGD.
+
+The learning rate is the lab's ``eta``, given to every step (``update_mini_batch``,
+``SGD``); an optimizer holds the rest of its hyper-parameters.  The update formulas
+are PyTorch's, for a gradient ``g_t`` at step ``t`` (from 1) and learning rate ``eta``:
+
+* :class:`SGD` (``"sgd"``, the lab's): ``p -= eta * g``
+  (https://pytorch.org/docs/stable/generated/torch.optim.SGD.html with ``momentum=0``).
+* :class:`Momentum` (``"momentum"``): ``torch.optim.SGD`` with ``momentum=mu`` and no
+  dampening: ``b_t = mu * b_{t-1} + g_t`` (``b_1 = g_1``), then ``p -= eta * b_t``, or with
+  ``nesterov=True`` ``p -= eta * (g_t + mu * b_t)``.
+* :class:`Adam` (``"adam"``): https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
+  (``amsgrad=False``): ``g_t += weight_decay * p``; ``m_t = beta1 m_{t-1} + (1 - beta1) g_t``;
+  ``v_t = beta2 v_{t-1} + (1 - beta2) g_t^2``; ``p -= eta * (m_t / (1 - beta1^t)) /
+  (sqrt(v_t / (1 - beta2^t)) + eps)``.
+* :class:`AdamW` (``"adamw"``): https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html:
+  ``p -= eta * weight_decay * p`` first (decoupled), then Adam's step without the decay term.
+
+Weight decay applies to every parameter, biases too, as in PyTorch; the net's ``l2`` is
+separate and adds ``l2 * W`` to the weights' gradients only, for every optimizer.
+
+The state (the velocity ``b``, or ``m`` and ``v``, and the step count) lives in flat
+buffers in the parameter layout and the parameters' dtype, one per :attr:`Optimizer.slots`,
+owned by :class:`OptimizerState` beside the net's :class:`~fastckpt.core.params.Parameters`;
+the plan counts its bytes (``optimizer_state``).  A step that would make a parameter or a
+state value NaN or inf changes nothing and raises FloatingPointError.
+"""
+import numpy as np
+
+from fastckpt.kernels import adam_step, momentum_step
+
+from .checks import check_nonnegative, check_positive_int
+from .layout import layer_views
+
+
+class Optimizer:
+    """Base class: the hyper-parameters of an update rule, and ``slots`` state buffers it needs."""
+
+    name = ""
+    state_names = ()                   # one state buffer each, e.g. Adam's ("m", "v")
+
+    @property
+    def slots(self):
+        """How many state buffers the size of the parameters the optimizer keeps."""
+        return len(self.state_names)
+
+    def settings(self):
+        """The hyper-parameters, as a dict (saved files keep it)."""
+        return {}
+
+    def to_dict(self):
+        return {"name": self.name, **self.settings()}
+
+    def __str__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+        return f"{self.name}({args})"
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.settings() == self.settings()
+
+    def __hash__(self):
+        return hash(str(self))
+
+
+class SGD(Optimizer):
+    """The lab's update, ``p -= eta * g``; no state."""
+
+    name = "sgd"
+
+
+class Momentum(Optimizer):
+    """SGD with momentum ``momentum`` (0.9 by default), Nesterov's when ``nesterov``; one velocity buffer."""
+
+    name = "momentum"
+    state_names = ("velocity",)
+
+    def __init__(self, momentum=0.9, nesterov=False):
+        self.momentum = _fraction(momentum, "momentum")
+        if not isinstance(nesterov, (bool, np.bool_)):
+            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
+        self.nesterov = bool(nesterov)
+
+    def settings(self):
+        return {"momentum": self.momentum, "nesterov": self.nesterov}
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba, 2015) as PyTorch computes it; ``m`` and ``v`` buffers.  ``weight_decay``
+    is added to the gradient (L2), as ``torch.optim.Adam`` does."""
+
+    name = "adam"
+    state_names = ("m", "v")
+    decoupled = False
+
+    def __init__(self, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        try:
+            beta1, beta2 = betas
+        except (TypeError, ValueError):
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}") from None
+        self.betas = (_fraction(beta1, "betas[0]"), _fraction(beta2, "betas[1]"))
+        self.eps = check_nonnegative(eps, "eps")
+        self.weight_decay = check_nonnegative(weight_decay, "weight_decay")
+
+    def settings(self):
+        return {"betas": list(self.betas), "eps": self.eps, "weight_decay": self.weight_decay}
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov and Hutter, 2019), 0.01 by default as in PyTorch."""
+
+    name = "adamw"
+    decoupled = True
+
+    def __init__(self, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(betas, eps, weight_decay)
+
+
+OPTIMIZERS = {cls.name: cls for cls in (SGD, Momentum, Adam, AdamW)}
+
+
+def parse_optimizer(spec):
+    """An :class:`Optimizer` from itself, a name (``"sgd"``, ``"momentum"``, ``"adam"``, ``"adamw"``,
+    with PyTorch's defaults) or a dict of :meth:`Optimizer.to_dict`."""
+    if isinstance(spec, Optimizer):
+        return spec
+    if isinstance(spec, dict):
+        settings = dict(spec)
+        cls = OPTIMIZERS.get(settings.pop("name", None))
+        if cls is None:
+            raise ValueError(f"optimizer must name one of {', '.join(OPTIMIZERS)}, got {spec!r}")
+        try:
+            return cls(**settings)
+        except TypeError as exc:
+            raise ValueError(f"optimizer {spec!r}: {exc}") from None
+    if isinstance(spec, str) and spec in OPTIMIZERS:
+        return OPTIMIZERS[spec]()
+    raise ValueError(f"optimizer must be 'sgd', 'momentum', 'adam', 'adamw' or an optimizer such as "
+                     f"fastckpt.optimizers.Adam(betas=(0.9, 0.99)), got {spec!r}")
+
+
+class OptimizerState:
+    """The state of an optimizer over one :class:`~fastckpt.core.params.Parameters`: ``buffers``
+    (``optimizer.slots`` flat buffers in the parameter layout, zero at first) and ``steps`` taken.
+
+    Copying or pickling the net copies it; :meth:`apply` is the one way it changes.
+    """
+
+    def __init__(self, optimizer, params):
+        self.optimizer = parse_optimizer(optimizer)
+        self.buffers = [params.new_buffer() for _ in range(self.optimizer.slots)]
+        self.steps = 0
+
+    @property
+    def nbytes(self):
+        return sum(b.nbytes for b in self.buffers)
+
+    def apply(self, params, grad, eta):
+        """One update of ``params`` from the flat gradient ``grad`` with learning rate ``eta``.
+
+        Nothing changes, and FloatingPointError is raised, if a parameter or a state value
+        would become NaN or inf in the stored dtype.
+        """
+        opt = self.optimizer
+        if opt.slots == 0:
+            params.update(grad, eta)
+            return
+        params.check_buffer(grad, "grad")
+        eta = check_nonnegative(eta, "eta")
+        with params.lock:
+            if isinstance(opt, Momentum):
+                ok = momentum_step(params.flat, grad, self.buffers[0], eta, opt.momentum, opt.nesterov,
+                                   params.blocks)
+            else:
+                t = self.steps + 1
+                beta1, beta2 = opt.betas
+                ok = adam_step(params.flat, grad, self.buffers[0], self.buffers[1], eta, beta1, beta2, opt.eps,
+                               opt.weight_decay, opt.decoupled, 1.0 - beta1 ** t, 1.0 - beta2 ** t, params.blocks)
+            if not ok:
+                raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
+                                         "weights and state left unchanged")
+            self.steps += 1
+
+    def arrays(self, sizes):
+        """``{state name: (weights, biases)}``: copies of each buffer in the lab's shapes, (n_out, n_in)
+        and (n_out, 1) per layer, for a saved file."""
+        out = {}
+        for name, buf in zip(self.optimizer.state_names, self.buffers):
+            w, b = layer_views(buf, sizes)
+            out[name] = ([v.copy() for v in w], [v.reshape(-1, 1).copy() for v in b])
+        return out
+
+    def restore(self, sizes, steps, arrays):
+        """Set the state from :meth:`arrays`' layout and the step count (a saved file's), after checking
+        that every array is there in its shape."""
+        steps = check_positive_int(steps, "optimizer steps", minimum=0)
+        if set(arrays) != set(self.optimizer.state_names):
+            raise ValueError(f"the {self.optimizer.name} optimizer's state is {', '.join(self.optimizer.state_names)}"
+                             f", got {', '.join(sorted(arrays)) or 'nothing'}")
+        for name, buf in zip(self.optimizer.state_names, self.buffers):
+            for views, given in zip(layer_views(buf, sizes), arrays[name]):
+                if len(given) != len(views):
+                    raise ValueError(f"{name} needs {len(views)} arrays, one per layer, got {len(given)}")
+                for view, arr in zip(views, given):
+                    arr = np.asarray(arr)
+                    if arr.size != view.size or arr.shape[0] != view.shape[0]:
+                        raise ValueError(f"{name}: an array of shape {arr.shape} for a layer of {view.shape}")
+                    view[...] = arr.reshape(view.shape)
+        self.steps = steps
+
+
+def _fraction(value, name):
+    """``value`` as a float in [0, 1)."""
+    v = check_nonnegative(value, name)
+    if v >= 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return v

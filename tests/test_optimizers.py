@@ -1,0 +1,237 @@
+"""optimizer=: momentum, Nesterov, Adam and AdamW against NumPy twins of PyTorch's formulas, their state in the
+plan, checkpointed steps bit-identical to plain ones, copies, refused updates and bad settings."""
+import copy
+import pickle
+
+import naive
+import numpy as np
+import pytest
+
+import fastckpt
+from fastckpt import Network, NetworkWithCheckpointing
+from fastckpt.core.layout import layer_views
+from fastckpt.optimizers import SGD, Adam, AdamW, Momentum
+
+OPTIMIZERS = {
+    "sgd": SGD(),
+    "momentum": Momentum(),
+    "nesterov": Momentum(0.8, nesterov=True),
+    "adam": Adam(),
+    "adam-l2": Adam(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05),
+    "adamw": AdamW(),
+    "adamw-strong": AdamW(betas=(0.5, 0.9), eps=1e-4, weight_decay=0.3),
+}
+STRATEGIES = ["plain", "every_nth(2)", "sqrt", "revolve(1)", "budget(6KiB)", "fit(96KiB)"]
+
+
+class Twin:
+    """The parameters of a net as plain arrays, stepped by naive's formulas."""
+
+    def __init__(self, net, opt):
+        self.opt = opt
+        self.params = [np.array(p, dtype=np.float64) for p in list(net.weights) + list(net.biases)]
+        self.state = [[np.zeros_like(p) for p in self.params] for _ in range(opt.slots)]
+        self.t = 0
+
+    def step(self, grads, lr):
+        self.t += 1
+        opt = self.opt
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            if opt.slots == 0:
+                self.params[i] = p - lr * g
+            elif opt.slots == 1:
+                self.params[i], self.state[0][i] = naive.momentum_update(p, g, self.state[0][i], lr, opt.momentum,
+                                                                         opt.nesterov)
+            else:
+                self.params[i], self.state[0][i], self.state[1][i] = naive.adam_update(
+                    p, g, self.state[0][i], self.state[1][i], self.t, lr, opt.betas, opt.eps, opt.weight_decay,
+                    isinstance(opt, AdamW))
+
+
+def _assert_close(got, ref, rtol=1e-12):
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * (np.abs(b).max() + 1e-300))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_twenty_steps_of_given_gradients_follow_the_formula(rng, name):
+    """The update alone: 20 random gradients (the padding between blocks full of NaN, never read)."""
+    opt = OPTIMIZERS[name]
+    np.random.seed(6)
+    net = Network([7, 5, 3], optimizer=opt)
+    twin = Twin(net, opt)
+    for _ in range(20):
+        grad = np.full_like(net.params.flat, np.nan)
+        ws, bs = layer_views(grad, net.sizes)
+        grads = [rng.standard_normal(w.shape) * 10.0 ** rng.integers(-3, 2) for w in ws + bs]
+        for view, g in zip(ws + bs, grads):
+            view[...] = g
+        lr = float(rng.uniform(0.001, 0.2))
+        net.optimizer_state.apply(net.params, grad, lr)
+        twin.step([g.reshape(p.shape) for g, p in zip(grads, twin.params)], lr)
+        _assert_close(list(net.weights) + list(net.biases), twin.params)
+    assert net.optimizer_state.steps == (20 if opt.slots else 0)
+    state = [[np.array(v) for v in layer_views(buf, net.sizes)[0] + layer_views(buf, net.sizes)[1]]
+             for buf in net.optimizer_state.buffers]
+    for got, ref in zip(state, twin.state):
+        _assert_close(got, [r.reshape(g.shape) for g, r in zip(got, ref)])
+
+
+@pytest.mark.parametrize("loss", ["quadratic", "cross_entropy"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_twenty_training_steps_follow_the_twin(rng, name, loss):
+    """Whole steps, with the gradients of the NumPy twin at the twin's own parameters."""
+    opt = OPTIMIZERS[name]
+    sizes, hidden = [8, 6, 5, 4], ["relu", "tanh"]
+    np.random.seed(7)
+    net = NetworkWithCheckpointing(sizes, strategy="sqrt", optimizer=opt, loss=loss, activation=hidden, l2=0.01,
+                                   init="he")
+    twin = Twin(net, opt)
+    x = rng.standard_normal((10, 8))
+    y = np.eye(4)[rng.integers(0, 4, 10)]
+    n = len(sizes) - 1
+    for _ in range(20):
+        net.update_mini_batch(x, y, 0.05)
+        nabla_b, nabla_w = naive.backprop_net(twin.params[:n], twin.params[n:], x, y, hidden, loss, net.l2)
+        twin.step(nabla_w + nabla_b, 0.05)
+    _assert_close(list(net.weights) + list(net.biases), twin.params)
+
+
+@pytest.mark.parametrize("name, fused", [(name, False) for name in OPTIMIZERS] + [("sgd", True)])
+def test_every_strategy_is_bit_identical_to_plain(rng, name, fused):
+    opt = OPTIMIZERS[name]
+    sizes = [9, 8, 7, 6, 8, 5, 7, 4]
+    x, y = rng.standard_normal((6, 9)), np.eye(4)[rng.integers(0, 4, 6)]
+    kwargs = {"optimizer": opt, "optimizer_in_backward": fused, "activation": "relu", "init": "he"}
+    np.random.seed(4)
+    plain = Network(sizes, **kwargs)
+    for _ in range(4):
+        plain.update_mini_batch(x, y, 0.05)
+    for strategy in STRATEGIES:
+        np.random.seed(4)
+        net = NetworkWithCheckpointing(sizes, strategy=strategy, **kwargs)
+        for _ in range(4):
+            net.update_mini_batch(x, y, 0.05)
+        for a, b in zip(plain.weights + plain.biases, net.weights + net.biases):
+            np.testing.assert_array_equal(a, b, err_msg=strategy)
+        for a, b in zip(plain.optimizer_state.buffers, net.optimizer_state.buffers):
+            np.testing.assert_array_equal(a, b, err_msg=strategy)
+
+
+def test_the_default_is_the_labs_sgd(rng):
+    np.random.seed(1)
+    lab = Network([6, 5, 3])
+    np.random.seed(1)
+    sgd = Network([6, 5, 3], optimizer="sgd")
+    x, y = rng.random((4, 6)), rng.random((4, 3))
+    for net in (lab, sgd):
+        net.update_mini_batch(x, y, 0.5)
+    assert lab.optimizer == SGD() and lab.optimizer_state.buffers == []
+    for a, b in zip(lab.weights + lab.biases, sgd.weights + sgd.biases):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam", "adamw"])
+def test_the_plan_counts_the_state_as_its_own_line(name):
+    sizes, batch = [784, 256, 64, 10], 100
+    net = Network(sizes, optimizer=name)
+    slots = {"momentum": 1, "adam": 2, "adamw": 2}[name]
+    got, sgd = net.plan(batch).bytes(), fastckpt.plan(sizes, batch).bytes()
+    assert sgd["optimizer_state"] == 0
+    assert got["optimizer_state"] == slots * got["parameters"] == net.optimizer_state.nbytes
+    assert got["total"] - sgd["total"] == got["optimizer_state"]
+    assert got["total"] == sum(v for k, v in got.items() if k not in ("total", "activation_memory"))
+    assert f", {name}\n" in net.plan(batch).describe().split("kept")[0]
+    assert fastckpt.plan(sizes, batch, optimizer=name) == net.plan(batch) != fastckpt.plan(sizes, batch)
+
+
+def test_fit_leaves_room_for_the_state():
+    """Adam's fit(L) is SGD's fit(L - the state's bytes): the same schedule, the state on top."""
+    sizes, batch = [64] * 12, 512
+    plain = fastckpt.plan(sizes, batch, strategy="plain", optimizer="adam", blas_threads=1).bytes()
+    with pytest.raises(fastckpt.InfeasiblePlan, match="optimizer state") as info:
+        fastckpt.plan(sizes, batch, strategy="fit(1)", optimizer="adam", blas_threads=1)
+    limit = (plain["total"] + info.value.minimum_bytes) // 2
+    adam = fastckpt.plan(sizes, batch, strategy=f"fit({limit})", optimizer="adam", blas_threads=1)
+    sgd = fastckpt.plan(sizes, batch, strategy=f"fit({limit - plain['optimizer_state']})", blas_threads=1)
+    assert adam.bytes()["total"] <= limit and adam.recompute_factor > 1 and adam.tree == sgd.tree
+    assert adam.bytes()["total"] - sgd.bytes()["total"] == plain["optimizer_state"] == 2 * plain["parameters"]
+    assert fastckpt.plan(sizes, batch, strategy=f"fit({limit})", blas_threads=1).recompute_factor \
+        < adam.recompute_factor
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam", "adamw"])
+def test_copies_and_pickles_carry_the_state(rng, name):
+    np.random.seed(2)
+    net = NetworkWithCheckpointing([6, 5, 4, 3], strategy="sqrt", optimizer=name)
+    x, y = rng.random((5, 6)), rng.random((5, 3))
+    for _ in range(3):
+        net.update_mini_batch(x, y, 0.1)
+    copies = [copy.deepcopy(net), copy.copy(net), pickle.loads(pickle.dumps(net))]
+    for other in [net] + copies:
+        other.update_mini_batch(x, y, 0.1)
+    for other in copies:
+        assert other.optimizer_state.steps == 4 and other.optimizer == net.optimizer
+        assert other.optimizer_state.buffers[0] is not net.optimizer_state.buffers[0]
+        for a, b in zip(net.weights + net.biases + net.optimizer_state.buffers,
+                        other.weights + other.biases + other.optimizer_state.buffers):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam", "adamw"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_update_that_would_go_non_finite_changes_nothing(rng, name, dtype):
+    np.random.seed(3)
+    net = Network([4, 3, 2], optimizer=name, dtype=dtype)
+    x, y = rng.random((3, 4)), rng.random((3, 2))
+    net.update_mini_batch(x, y, 0.1)
+    big = np.finfo(dtype).max
+    net.optimizer_state.buffers[0][:] = big / 4           # a velocity, or an m, that the next step overflows
+    before = [np.array(a) for a in list(net.weights) + list(net.biases) + net.optimizer_state.buffers]
+    with pytest.raises(FloatingPointError, match=f"the {name} update would make a parameter or its state NaN or inf"):
+        net.update_mini_batch(x, y, 10.0)
+    grad = net.params.new_buffer()
+    grad[0] = big
+    net.optimizer_state.buffers[0][:] = before[-net.optimizer_state.optimizer.slots]
+    with pytest.raises(FloatingPointError):              # p - 10 g, or v = g^2, overflows
+        net.optimizer_state.apply(net.params, grad, 10.0)
+    assert net.optimizer_state.steps == 1
+    for a, b in zip(before, list(net.weights) + list(net.biases) + net.optimizer_state.buffers):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"optimizer": "rmsprop"}, ValueError, "optimizer must be 'sgd', 'momentum', 'adam', 'adamw' or an optimizer "
+                                           "such as fastckpt.optimizers.Adam(betas=(0.9, 0.99)), got 'rmsprop'"),
+    ({"optimizer": None}, ValueError, "got None"),
+    ({"optimizer": "adam", "optimizer_in_backward": True}, ValueError,
+     "optimizer_in_backward=True applies SGD inside the backward pass; optimizer 'adam' needs the whole gradient"),
+])
+def test_bad_optimizers_are_refused(kwargs, error, message):
+    for cls in (Network, NetworkWithCheckpointing):
+        with pytest.raises(error) as info:
+            cls([4, 3, 2], **kwargs)
+        assert message in str(info.value)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Momentum(1.0), "momentum must be in [0, 1), got 1.0"),
+    (lambda: Momentum(-0.1), "momentum must be finite and >= 0, got -0.1"),
+    (lambda: Momentum(nesterov="yes"), "nesterov must be True or False, got 'yes'"),
+    (lambda: Adam(betas=(0.9,)), "betas must be a pair (beta1, beta2), got (0.9,)"),
+    (lambda: Adam(betas=(0.9, 1.5)), "betas[1] must be in [0, 1), got 1.5"),
+    (lambda: Adam(eps=-1), "eps must be finite and >= 0, got -1"),
+    (lambda: AdamW(weight_decay=float("nan")), "weight_decay must be finite and >= 0, got nan"),
+    (lambda: fastckpt.plan([4, 3], 2, optimizer="adam", optimizer_in_backward=True),
+     "optimizer 'adam' needs the whole gradient"),
+])
+def test_bad_hyper_parameters_are_refused_with_their_names(make, message):
+    with pytest.raises((ValueError, TypeError)) as info:
+        make()
+    assert message in str(info.value)
+
+
+def test_data_parallel_trainers_refuse_an_optimizer_they_do_not_apply():
+    from fastckpt.parallel import DataParallel
+    with pytest.raises(ValueError, match=r"DataParallel applies the lab's SGD only; this net's optimizer is adam\("):
+        DataParallel(Network([4, 3, 2], optimizer="adam"))
