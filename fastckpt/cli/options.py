@@ -8,7 +8,8 @@ from .guard import leave_job
 
 #: ``train``'s settings when neither the command line nor a --resume file gives them
 TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
-                  "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0, "sgd_in_backward": False}
+                  "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0, "sgd_in_backward": False,
+                  "activation": "sigmoid", "optimizer": "sgd"}
 
 #: ``train --pipeline``'s options when not given; without --pipeline they may not be given
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
@@ -124,3 +125,19 @@ def nbytes(text):
         return parse_bytes(text, "BYTES")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("BYTES: ")) from None
+
+
+def fraction(text):
+    """A number strictly between 0 and 1 (a validation split)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def shuffle_seed(text):
+    """``--shuffle``'s optional seed: an integer from 0 to 2**32 - 1."""
+    return seed(text)

@@ -146,6 +146,21 @@ def _train(p):
                         f"(default: {TRAIN_DEFAULTS['loss']}, or the --resume file's)")
     unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
     _sgd_in_backward(p, "train with", default=None)
+    p.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None,
+                   help="the hidden layers' activation (default: sigmoid, the lab's, or the --resume file's)")
+    p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default="lab",
+                   help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
+                        "on fan_in (he, PyTorch's kaiming_normal_) (default: lab)")
+    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default=None,
+                   help="the update, with PyTorch's defaults; --eta is its learning rate (adam wants ~0.001) "
+                        "(default: sgd, the lab's, or the --resume file's)")
+    p.add_argument("--shuffle", type=o.shuffle_seed, nargs="?", const=0, default=None, metavar="SEED",
+                   help="a new order of the mini-batches every epoch, drawn from SEED and the epoch (default: off, "
+                        "the lab's order, or the --resume file's; SEED defaults to 0)")
+    p.add_argument("--validation", type=o.fraction, default=None, metavar="FRACTION",
+                   help="hold out this fraction of the training samples (the last ones, as Keras' "
+                        "validation_split) and print its accuracy and the training loss every epoch (default: off, "
+                        "or the --resume file's)")
     p.add_argument("--save", default=None, metavar="FILE",
                    help="write the net and its training state to FILE (.npz) after every epoch, atomically, so "
                         "that --resume FILE can go on; the folder must exist and the file must not, unless --force "

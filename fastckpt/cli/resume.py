@@ -18,7 +18,8 @@ from fastckpt.data import source_files
 from fastckpt.nets import load
 from fastckpt.planner.strategies import format_bytes
 
-SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward")
+SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
+            "activation", "optimizer")
 
 # what a --resume file's training state must hold: (kind, least value)
 STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
@@ -28,7 +29,7 @@ STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 
 def training_state(run, accuracies, epochs_done, updates_done, n_train, per_update):
     """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
     return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
-            "max_memory": run.max_memory,
+            "max_memory": run.max_memory, "shuffle": run.shuffle, "validation": run.validation,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
@@ -72,7 +73,9 @@ def resumed(args, modes):
     saved = {"sizes": list(net.sizes), "dtype": net.dtype.name, "strategy": str(net.strategy), "loss": net.loss,
              "l2": net.l2[0] if len(set(net.l2)) == 1 else list(net.l2), "batch_size": state["batch_size"],
              "eta": state["eta"], "seed": state["seed"], "data": state.get("data"),
-             "sgd_in_backward": net.optimizer_in_backward}
+             "sgd_in_backward": net.optimizer_in_backward,
+             "activation": net.activation[0] if len(set(net.activation)) == 1 else list(net.activation),
+             "optimizer": net.optimizer.name}
     for key in SETTINGS:
         if key == "strategy" and args.max_memory is not None and state.get("max_memory") == args.max_memory:
             continue                        # the whole-run bound the file's run had, which fixed its fit
@@ -96,8 +99,13 @@ def resumed(args, modes):
     if args.save is None:
         raise ValueError(f"--resume {args.resume!r} without --save would train and keep nothing: add --save FILE "
                          f"(--save {args.resume!r} goes on in that file)")
+    for key in ("shuffle", "validation"):
+        if getattr(args, key) is not None and getattr(args, key) != state.get(key):
+            raise ValueError(f"--{key} {getattr(args, key)} differs from the --resume file's {state.get(key)}; leave "
+                             f"--{key} out to go on with the file's")
     np.random.set_state(state["rng"])
-    return net, state, dict(saved, data=data, parallel_batches=per_update)
+    return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
+                            validation=state.get("validation"))
 
 
 def _check_same(args, key, saved, state):

@@ -41,7 +41,11 @@ class Run:
     seed: int
     data: str | None
     sgd_in_backward: bool
+    activation: str
+    optimizer: str
     parallel_batches: int | None
+    shuffle: int | None = None
+    validation: float | None = None
     max_memory: int | None = None
     data_sha256: str | None = None
 
@@ -54,6 +58,8 @@ def settle(args, saved=None):
         values[key] = given if given is not None else (saved or {}).get(key, TRAIN_DEFAULTS.get(key))
     values["strategy"] = parse_strategy(values["strategy"])
     values["parallel_batches"] = args.parallel_batches if saved is None else saved["parallel_batches"]
+    for key in ("shuffle", "validation"):       # the file's run's, unless given (the same, checked)
+        values[key] = getattr(args, key) if saved is None or getattr(args, key) is not None else saved.get(key)
     return Run(**values)
 
 
@@ -82,6 +88,12 @@ def modes_of(args):
         raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
                          "mini-batches are summed first, so leave it out")
+    one_net = ("--activation", "--init", "--optimizer") if args.pipeline or args.tensor_parallel else ()
+    for flag in one_net + ("--shuffle", "--validation"):
+        given = getattr(args, flag[2:])
+        if given not in (None, "lab", "sgd", "sigmoid") and (modes or args.threads > 1 or args.parallel_batches):
+            raise ValueError(f"{flag} {given} trains one process's net; with "
+                             f"{modes[0] if modes else '--threads or --parallel-batches'} leave it out")
     if not modes and launched_ranks() > 1:
         raise ValueError(f"train runs as one of {launched_ranks()} processes started by mpiexec, but without "
                          "--mpi, --pipeline P or --tensor-parallel: add one to every rank's command, or run it "
@@ -125,7 +137,8 @@ def train(args):
         if net is None:
             np.random.seed(run.seed)
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
-                                           l2=run.l2, optimizer_in_backward=run.sgd_in_backward)
+                                           l2=run.l2, optimizer_in_backward=run.sgd_in_backward,
+                                           activation=run.activation, init=args.init, optimizer=run.optimizer)
         times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
     if guard is not None:
         guard.finish()
@@ -201,8 +214,11 @@ def _one_net(args, run, net, state, guard, training, test, lead):
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
         _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=bar.lines,
-                           progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done)
-        workers = {}
+                           progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done,
+                           shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation)
+        workers = {"activation": run.activation, "optimizer": run.optimizer, "training_loss": net.history["loss"]}
+        if run.validation:
+            workers["validation_accuracy"] = net.history["val_accuracy"]
     return times, before + net.accuracies, workers
 
 
@@ -234,5 +250,5 @@ def _shown(value):
     if isinstance(value, int):
         return f"{value:,d}"
     if isinstance(value, list):
-        return ",".join(map(str, value))
+        return ",".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)
     return str(value)
