@@ -63,7 +63,7 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
     (["predict", "net.npz", "--data", "cols.npy"], "--data 'cols.npy': holds float64 of shape (3, 10); the net "
                                                      "takes rows of 784"),
     (["predict", "net.npz", "--data", "obj.npy"], "--data 'obj.npy': cannot read it as a .npy array"),
-    (["predict", "net.npz", "--data", "nan.npy"], "contains NaN or inf"),
+    (["predict", "net.npz", "--data", "nan.npy"], "holds NaN or inf"),
     (["predict", "net.npz", "--output", "taken.txt"], "--output 'taken.txt' exists; pass --force to overwrite it"),
     (["evaluate", "notanet.npz"], "notanet.npz"),
 ])
