@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fastckpt
+from fastckpt.planner.curves import depth_table
 from fastckpt.planner.pays import does_not_pay
 
 MiB = 2**20
@@ -134,7 +135,7 @@ def test_analyze_prints_planned_and_measured_memory_and_writes_pngs(tmp_path):
                 "--strategies", "plain,sqrt,budget(64KiB, once)", "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    rows = fastckpt.planner.curves.depth_table([1, 4, 16], width=32, batch_size=16,
+    rows = depth_table([1, 4, 16], width=32, batch_size=16,
                                        strategies=["plain", "sqrt", "budget(64KiB, once)"])
     for row, mine in zip(got["rows"], rows):
         assert row["plain"]["total"] == mine["plain"]["total"] and row["sqrt"]["total"] == mine["sqrt"]["total"]
