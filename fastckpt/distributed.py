@@ -4,6 +4,7 @@
 :mod:`fastckpt.parallel`, on the one MPI layer of :mod:`fastckpt.parallel.mpi`.
 """
 from .parallel import MPITrainer, PipelineTrainer, TensorParallelTrainer
+from .parallel.ending import abort_on_uncaught
 from .parallel.mpi import Group, mpi_world
 
-__all__ = ["Group", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer", "mpi_world"]
+__all__ = ["Group", "abort_on_uncaught", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer", "mpi_world"]

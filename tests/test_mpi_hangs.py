@@ -1,5 +1,7 @@
 """No rank waits forever: mixed parallel modes under one mpiexec, and an error in only one rank's part of a
 minibatch, are refused on every rank alike.  Each job runs under ``mpiexec`` with a time limit."""
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -141,3 +143,52 @@ def test_mpi_trainer_ranks_given_different_etas_refuse_the_update_together(tmp_p
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
     assert said[0][0] == said[1][0] and "eta 0.1, 2 minibatches in all on rank 0, eta 5.0" in said[0][0], said
     assert said[0][1] == said[1][1]                                              # the same weights after
+
+
+USER_SCRIPT_RAISES = """
+import os, sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import {trainer}
+{switch}
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = {make}
+x, y = np.random.default_rng(0).random((10, 20)), np.eye(4)[np.arange(10) % 4]
+trainer.{update}(x, y, 0.1)
+with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
+    f.write(str(sys.excepthook is sys.__excepthook__))
+if rank == 1 and {raises}:
+    raise ValueError("the minibatch only rank 1 reads is bad")
+trainer.{update}(x, y, 0.1)                    # rank 0 waits here for a rank that will never come
+"""
+USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))", "update"),
+                 "pipeline": ("PipelineTrainer", "PipelineTrainer([20, 8, 6, 4], 2)", "update_mini_batch"),
+                 "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([20, 8, 6, 4])", "update_mini_batch")}
+
+
+@pytest.mark.parametrize("mode", list(USER_TRAINERS))
+def test_a_user_script_raising_on_one_rank_ends_the_job_with_its_traceback(tmp_path, mode):
+    trainer, make, update = USER_TRAINERS[mode]
+    script = USER_SCRIPT_RAISES.format(trainer=trainer, make=make, update=update, switch="", raises=True)
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script, str(tmp_path / "hooked"))
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert "Traceback" in err and "ValueError: the minibatch only rank 1 reads is bad" in err, err
+    assert "fastckpt: rank 1 of 2 failed: ValueError: the minibatch only rank 1 reads is bad; ending the job" in err
+    assert [(tmp_path / f"hooked.{rank}").read_text() for rank in (0, 1)] == ["False", "False"]
+
+
+@pytest.mark.parametrize("switch", ["fastckpt.distributed.abort_on_uncaught(False)", "environment"])
+def test_the_abort_on_an_uncaught_exception_can_be_turned_off(tmp_path, switch):
+    """Off, every rank raising leaves as Python does (exit 1, no abort line); on, the same job aborts (exit 2)."""
+    trainer, make, update = USER_TRAINERS["mpi"]
+    env = dict(os.environ, FASTCKPT_ABORT_ON_UNCAUGHT="0") if switch == "environment" else None
+    script = USER_SCRIPT_RAISES.format(trainer=trainer, make=make, update=update, raises=True,
+                                       switch="" if switch == "environment" else switch).replace("rank == 1 and ", "")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script, str(tmp_path / "off")],
+                          capture_output=True, text=True, timeout=LIMIT, env=env)
+    assert proc.returncode == 1 and proc.stderr.count("ValueError: the minibatch") == 2, proc.stderr
+    assert "ending the job" not in proc.stderr, proc.stderr
+    on = USER_SCRIPT_RAISES.format(trainer=trainer, make=make, update=update, raises=True, switch="")
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", on.replace("rank == 1 and ", ""),
+                                      str(tmp_path / "on"))
+    assert code == 2 and "ending the job" in err, (code, err)

@@ -13,7 +13,8 @@ status is the OR of the ranks'.
 import atexit
 import os
 
-from fastckpt.parallel.mpi import Group, launched_ranks, mpi_world, say
+from fastckpt.parallel.ending import say
+from fastckpt.parallel.mpi import Group, launched_ranks, mpi_world
 
 _GUARD = None    # this process's RankGuard, once the command line has made one
 

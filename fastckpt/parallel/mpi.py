@@ -34,14 +34,14 @@ shared at each point of a trainer's call; everything else aborts.
 """
 import hashlib
 import os
-import sys
-import time
 
 import numpy as np
 
 from fastckpt.data.images import Images
 from fastckpt.engine.loop import batch_starts, check_training, pair, run_epochs
 from fastckpt.kernels import blas_threads, set_blas_threads
+
+from .ending import abort_job, hook_uncaught
 
 
 def mpi_world():
@@ -73,6 +73,8 @@ class Group:
         self.MPI, world = mpi_world()
         self.comm = world if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        if world.Get_size() > 1:
+            hook_uncaught(world)
 
     def agree(self, mine, what="settings"):
         """One ``allgather``: ``mine`` is this rank's dict of settings (values shown as text), or the
@@ -165,24 +167,6 @@ class _Errors:
         if exc is not None and not isinstance(exc, self.shared):
             self.group.abort(exc)
         return False
-
-
-def abort_job(comm, exc, prefix="fastckpt"):
-    """Print ``<prefix>: rank R of N failed: <exc>`` on stderr and end every rank with ``MPI_Abort``."""
-    what = "interrupted (KeyboardInterrupt)" if isinstance(exc, KeyboardInterrupt) else \
-        f"{type(exc).__name__}: {exc}"
-    code = 130 if isinstance(exc, KeyboardInterrupt) else 2 if isinstance(exc, (ValueError, TypeError, OSError)) else 1
-    say(f"{prefix}: rank {comm.Get_rank()} of {comm.Get_size()} failed: {what}; ending the job")
-    comm.Abort(code)
-    os._exit(code)                 # mpich's MPI_Abort may return before mpiexec kills this process
-
-
-def say(line):
-    """``line`` on stderr, given time to reach mpiexec: its proxy drops output still in flight at an abort."""
-    if sys.stdout is not None:
-        sys.stdout.flush()
-    print(line, file=sys.stderr, flush=True)
-    time.sleep(0.2)
 
 
 def describe_data(data, name):
