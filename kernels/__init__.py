@@ -21,7 +21,7 @@ from .activations import (
     bias_sigmoid,
     bias_tanh,
 )
-from .blas import NO_TRANS, TRANS, blas_core, blas_threads, set_blas_threads
+from .blas import NO_TRANS, TRANS, blas_core, blas_threads, blas_threads_running, run_blas_threads, set_blas_threads
 from .dense import (
     dense_backward,
     dense_backward_sgd,
@@ -49,9 +49,9 @@ __all__ = [
     "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "LOG_SOFTMAX", "NONFINITE", "NO_TRANS", "OK",
     "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS",
     "accumulate", "adam_step", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
-    "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads",
+    "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",
     "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward",
     "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode",
     "momentum_step", "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",
-    "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
+    "run_blas_threads", "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
 ]

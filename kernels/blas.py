@@ -106,9 +106,29 @@ if _get_core is not None:
     _get_core.argtypes, _get_core.restype = [], ctypes.c_char_p
 
 
+_CEILING = []                  # the threads asked for (set_blas_threads), once known; the library may run fewer
+
+
 def blas_threads():
-    """Number of threads numpy's BLAS uses (0 if it cannot say)."""
+    """The number of threads numpy's BLAS may use: what :func:`set_blas_threads` set, else what the library
+    started with (0 if it cannot say).  Plans count BLAS buffers for this many; the library may run fewer
+    for a while (:func:`run_blas_threads`), never more."""
+    if not _CEILING:
+        _CEILING.append(int(_get_threads()) if _get_threads is not None else 0)
+    return _CEILING[0]
+
+
+def blas_threads_running():
+    """The number of threads numpy's BLAS runs now (0 if it cannot say)."""
     return int(_get_threads()) if _get_threads is not None else 0
+
+
+def run_blas_threads(n):
+    """Run BLAS on ``n`` threads for now, at most :func:`blas_threads`; returns the number set."""
+    n = max(1, min(int(n), blas_threads()))
+    if _set_threads is not None and n != blas_threads_running():
+        _set_threads(n)
+    return n
 
 
 def blas_core():
@@ -119,7 +139,8 @@ def blas_core():
 
 
 def set_blas_threads(n):
-    """Set the number of threads numpy's BLAS uses."""
+    """Set the number of threads numpy's BLAS may use, and runs now."""
     if _set_threads is None:
         raise RuntimeError(f"{LIBRARY} has no openblas_set_num_threads")
+    _CEILING[:] = [int(n)]
     _set_threads(int(n))

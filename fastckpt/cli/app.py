@@ -26,6 +26,7 @@ import sys
 import warnings
 
 from fastckpt.engine.loop import SkippedSamples
+from fastckpt.engine.sharing import fix_threads
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.report.compare import RunFailed, builtin_kinds
 
@@ -51,6 +52,9 @@ def main(argv=None):
             _say(f"{command}: warning: standard output is closed; the results are not shown")
         warnings.showwarning = _warning_line(command)            # one line each, as errors are
         args = settled(args)
+        if getattr(args, "blas_threads", None) is not None:        # NOTE [ Threads on a shared machine ]
+            fix_threads(None if args.blas_threads == "auto" else args.blas_threads)
+            os.environ["FASTCKPT_BLAS_THREADS"] = str(args.blas_threads)   # and the runs compare starts
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
                "profile": commands.profile, "train": train, "evaluate": use.evaluate, "predict": use.predict}
         check_paths(args)                                          # before any training

@@ -86,6 +86,15 @@ def positive(text):
     return value
 
 
+def blas_threads(text):
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be auto or a whole number >= 1, got {text!r}") from None
+
+
 def rate(text):
     try:
         value = float(text)

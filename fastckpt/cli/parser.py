@@ -54,6 +54,14 @@ def _common(p, sizes=True):
     p.add_argument("--batch-size", type=o.positive, default=10, help="samples per mini-batch")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                    help="precision of parameters and activations")
+    _blas_threads(p)
+
+
+def _blas_threads(p):
+    p.add_argument("--blas-threads", type=o.blas_threads, default=None, metavar="N|auto",
+                   help="threads BLAS may use: a number runs exactly that many; auto takes as many as the cores "
+                        "other programs leave free, up to the library's count (default: FASTCKPT_BLAS_THREADS, "
+                        "else auto)")
 
 
 def _strategy(p, default, max_memory=MAX_MEMORY):
@@ -170,6 +178,7 @@ def _train(p):
                    help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
                         "stopped (one process or --threads; default: start afresh)")
     _json(p)
+    _blas_threads(p)
 
 
 def _train_parallel(p):

@@ -24,6 +24,7 @@ from fastckpt.core.layout import layer_views, layout_array, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, run_ops
 
+from .sharing import tick
 from .workspace import Workspace
 
 
@@ -160,6 +161,7 @@ class Engine:
         ``eta``, each layer's SGD update is applied as soon as its gradient is final (optimizer
         in backward); else the gradients go to the flat buffer ``grads``, and their ``blocks``
         are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
+        tick()                                                # NOTE [ Threads on a shared machine ]
         plan = self.plan
         xb, yb = self.workspace.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
         flat = params.flat
