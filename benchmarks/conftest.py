@@ -22,6 +22,7 @@ def memray_case(request):
 
     import memray
 
+    from fastckpt.engine.sharing import threads_held
     from fastckpt.report.flame import write_peak_picture
     out = request.config.getoption("--flamegraphs")
 
@@ -32,7 +33,7 @@ def memray_case(request):
                 model.update_mini_batch(x, y, eta)
         capture = pathlib.Path(request.config.cache.mkdir("memray")) / f"{name}.bin"
         capture.unlink(missing_ok=True)
-        with memray.Tracker(capture, native_traces=bool(out)):
+        with threads_held(), memray.Tracker(capture, native_traces=bool(out)):   # the BLAS threads planned
             build_and_train()
         benchmark.extra_info["memray_peak_bytes"] = memray.FileReader(capture).metadata.peak_memory
         if out:
