@@ -21,7 +21,9 @@ def abort_on_uncaught(on=True):
     on ``MPI.COMM_WORLD`` (as ``python -m mpi4py`` does), so a user's script that
     raises on one rank between two updates (a bad minibatch only that rank read)
     ends every rank within seconds instead of leaving the others in their next
-    collective forever.  Exceptions a script catches are untouched.  Pass
+    collective forever.  An error every rank raised at the same point (settings or
+    a minibatch refused on every rank, NOTE [ No rank waits forever ]) ends each
+    rank on its own, as without MPI.  Exceptions a script catches are untouched.  Pass
     ``on=False`` (or set ``FASTCKPT_ABORT_ON_UNCAUGHT=0`` before the trainer is
     made) when the script handles rank failures itself.
     """
@@ -38,11 +40,21 @@ def hook_uncaught(world):
 
     def hook(kind, exc, tb):
         previous(kind, exc, tb)                 # the traceback, as without MPI
-        if UNCAUGHT["abort"]:
+        if UNCAUGHT["abort"] and not getattr(exc, "raised_on_every_rank", False):
             abort_job(world, exc)
 
     hook.fastckpt_world = world
     sys.excepthook = hook
+
+
+def everywhere(exc):
+    """Mark ``exc`` as raised by every rank at the same point (an agreed error): the hook of
+    :func:`abort_on_uncaught` lets each rank end on its own then, with its traceback and no abort."""
+    try:
+        exc.raised_on_every_rank = True
+    except AttributeError:                      # an exception type without a __dict__
+        pass
+    return exc
 
 
 def abort_job(comm, exc, prefix="fastckpt"):

@@ -41,7 +41,7 @@ from fastckpt.data.images import Images
 from fastckpt.engine.loop import batch_starts, check_training, pair, run_epochs
 from fastckpt.kernels import blas_threads, set_blas_threads
 
-from .ending import abort_job, hook_uncaught
+from .ending import abort_job, everywhere, hook_uncaught
 
 
 def mpi_world():
@@ -85,11 +85,14 @@ class Group:
         sent = f"{type(mine).__name__}: {mine}" if error is not None else {k: str(v) for k, v in mine.items()}
         everyone = self.comm.allgather(sent)
         if error is not None:
-            raise error
+            raise everywhere(error)
         failed = [f"rank {r}: {e}" for r, e in enumerate(everyone) if isinstance(e, str)]
         if failed:
-            raise ValueError(f"{what} refused on " + "; ".join(failed))
-        check_same_settings(everyone)
+            raise everywhere(ValueError(f"{what} refused on " + "; ".join(failed)))
+        try:
+            check_same_settings(everyone)
+        except ValueError as exc:
+            raise everywhere(exc) from None
 
     def minibatch(self, check, x, y, eta):
         """``check(x, y, eta)`` on this rank (the minibatch as this rank uses it), then agreed: every rank
@@ -164,8 +167,10 @@ class _Errors:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is not None and not isinstance(exc, self.shared):
-            self.group.abort(exc)
+        if exc is not None:
+            if not isinstance(exc, self.shared):
+                self.group.abort(exc)
+            everywhere(exc)
         return False
 
 
