@@ -31,7 +31,7 @@ from .dense import (
     gemm,
 )
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta, sgd_step, sum_squares
-from .optimizers import adam_step, momentum_step
+from .optimizers import ADAM, MOMENTUM, adam_step, momentum_step
 from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops
 from .schedules import multi_points, once_points, region_table_of, revolve_splits
 from .transport import (
@@ -46,7 +46,8 @@ from .transport import (
 )
 
 __all__ = [
-    "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "LOG_SOFTMAX", "NONFINITE", "NO_TRANS", "OK",
+    "ADAM", "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "KernelCacheWarning", "LOG_SOFTMAX", "MOMENTUM", "NONFINITE",
+    "NO_TRANS", "OK",
     "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS",
     "accumulate", "adam_step", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
     "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",

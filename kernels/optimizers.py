@@ -31,6 +31,21 @@ def _momentum(p, g, b, eta, mu, nesterov):
     return np.float64(p) - eta * d, bi
 
 
+@inline
+def _momentum_range(p, g, buf, lo, g_lo, n, eta, mu, nesterov, write):
+    """``n`` elements of the momentum step from ``p[lo]``, ``buf[lo]`` and ``g[g_lo]``: written when
+    ``write``, else only checked; returns 1 when a result would be NaN or inf."""
+    bad = 0
+    for i in range(n):
+        new_p, new_b = _momentum(p[lo + i], g[g_lo + i], buf[lo + i], eta, mu, nesterov)
+        if write:
+            p[lo + i] = new_p
+            buf[lo + i] = new_b
+        else:
+            bad |= _bad(new_p, p) | _bad(new_b, buf)
+    return bad
+
+
 @kernel
 def momentum_step(p, g, buf, eta, mu, nesterov, blocks):
     """SGD with momentum ``mu`` (Nesterov's if ``nesterov``), in place on ``p`` and the velocity ``buf``.
@@ -39,22 +54,13 @@ def momentum_step(p, g, buf, eta, mu, nesterov, blocks):
 
     Returns True when applied, False (nothing changed) when a result would be NaN or inf.
     """
-    bad = 0
-    for k in range(blocks.shape[0]):
-        lo, hi = blocks[k, 0], blocks[k, 1]
-        pk, gk, bk = p[lo:hi], g[lo:hi], buf[lo:hi]
-        for i in range(pk.shape[0]):
-            new_p, new_b = _momentum(pk[i], gk[i], bk[i], eta, mu, nesterov)
-            bad |= _bad(new_p, p) | _bad(new_b, buf)
-    if bad != 0:
-        return False
-    for k in range(blocks.shape[0]):
-        lo, hi = blocks[k, 0], blocks[k, 1]
-        pk, gk, bk = p[lo:hi], g[lo:hi], buf[lo:hi]
-        for i in range(pk.shape[0]):
-            new_p, new_b = _momentum(pk[i], gk[i], bk[i], eta, mu, nesterov)
-            pk[i] = new_p
-            bk[i] = new_b
+    for write in (False, True):
+        bad = 0
+        for k in range(blocks.shape[0]):
+            lo, hi = blocks[k, 0], blocks[k, 1]
+            bad |= _momentum_range(p, g, buf, lo, lo, hi - lo, eta, mu, nesterov, write)
+        if bad != 0:
+            return False
     return True
 
 
@@ -67,6 +73,26 @@ def _adam(p, g, m, v, eta, beta1, beta2, eps, coupled, decoupled, correction1, c
     vi = beta2 * np.float64(v) + (1.0 - beta2) * gi * gi
     pi = pi - eta * decoupled * pi
     return pi - eta * (mi / correction1) / (math.sqrt(vi / correction2) + eps), mi, vi
+
+
+@inline
+def _adam_range(p, g, m, v, lo, g_lo, n, eta, beta1, beta2, eps, weight_decay, decoupled, correction1,
+                correction2, write):
+    """``n`` elements of the Adam step from ``p[lo]``, ``m[lo]``, ``v[lo]`` and ``g[g_lo]``: written when
+    ``write``, else only checked; returns 1 when a result would be NaN or inf."""
+    coupled = 0.0 if decoupled else weight_decay
+    decay = weight_decay if decoupled else 0.0
+    bad = 0
+    for i in range(n):
+        new_p, new_m, new_v = _adam(p[lo + i], g[g_lo + i], m[lo + i], v[lo + i], eta, beta1, beta2, eps,
+                                    coupled, decay, correction1, correction2)
+        if write:
+            p[lo + i] = new_p
+            m[lo + i] = new_m
+            v[lo + i] = new_v
+        else:
+            bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v)
+    return bad
 
 
 @kernel
@@ -86,25 +112,26 @@ def adam_step(p, g, m, v, eta, beta1, beta2, eps, weight_decay, decoupled, corre
     with ``lambda`` = ``weight_decay``.  Returns True when applied, False (nothing changed)
     when a result would be NaN or inf.
     """
-    coupled = 0.0 if decoupled else weight_decay
-    decay = weight_decay if decoupled else 0.0
-    bad = 0
-    for k in range(blocks.shape[0]):
-        lo, hi = blocks[k, 0], blocks[k, 1]
-        pk, gk, mk, vk = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
-        for i in range(pk.shape[0]):
-            new_p, new_m, new_v = _adam(pk[i], gk[i], mk[i], vk[i], eta, beta1, beta2, eps, coupled, decay,
-                                        correction1, correction2)
-            bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v)
-    if bad != 0:
-        return False
-    for k in range(blocks.shape[0]):
-        lo, hi = blocks[k, 0], blocks[k, 1]
-        pk, gk, mk, vk = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
-        for i in range(pk.shape[0]):
-            new_p, new_m, new_v = _adam(pk[i], gk[i], mk[i], vk[i], eta, beta1, beta2, eps, coupled, decay,
-                                        correction1, correction2)
-            pk[i] = new_p
-            mk[i] = new_m
-            vk[i] = new_v
+    for write in (False, True):
+        bad = 0
+        for k in range(blocks.shape[0]):
+            lo, hi = blocks[k, 0], blocks[k, 1]
+            bad |= _adam_range(p, g, m, v, lo, lo, hi - lo, eta, beta1, beta2, eps, weight_decay, decoupled,
+                               correction1, correction2, write)
+        if bad != 0:
+            return False
     return True
+
+
+MOMENTUM, ADAM = 1, 2          # codes of the stateful optimizers in ``hyper[0]``
+
+
+@inline
+def layer_step(hyper, p, g, s1, s2, lo, g_lo, n, eta, write):
+    """The optimizer of ``hyper`` on ``n`` parameters from ``p[lo]`` with gradients from ``g[g_lo]``:
+    ``hyper`` = (MOMENTUM, mu, nesterov) or (ADAM, beta1, beta2, eps, weight_decay, decoupled,
+    1 - beta1**t, 1 - beta2**t); ``s1``/``s2`` the state buffers.  Checks (``write`` False) or writes."""
+    if hyper[0] == MOMENTUM:
+        return _momentum_range(p, g, s1, lo, g_lo, n, eta, hyper[1], hyper[2] != 0.0, write)
+    return _adam_range(p, g, s1, s2, lo, g_lo, n, eta, hyper[1], hyper[2], hyper[3], hyper[4], hyper[5] != 0.0,
+                       hyper[6], hyper[7], write)

@@ -20,7 +20,7 @@ output's is ``LOG_SOFTMAX`` for a softmax net with cross-entropy, else the quadr
 
 Returns ``(status, loss)``.  ``status``: ``OK``; ``BAD_LOSS`` when the loss (plus
 ``penalty``) is not finite, before any backward op ran; ``BAD_UPDATE + layer`` when the
-optimizer in backward (``sgd``) made that layer's parameters non-finite; ``BAD_INPUT``
+optimizer in backward (``sgd``) would make that layer's parameters (or its state) non-finite; ``BAD_INPUT``
 when ``check_input`` and ``x`` or ``y`` holds a NaN or inf (nothing ran).
 """
 import numpy as np
@@ -29,6 +29,7 @@ from ._jit import inline, kernel
 from .activations import LOG_SOFTMAX
 from .dense import dense_backward, dense_backward_sgd, dense_forward_layer
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta
+from .optimizers import layer_step
 
 OK, BAD_LOSS, BAD_INPUT, BAD_UPDATE = 0, 1, 2, 16
 
@@ -40,11 +41,17 @@ def _matrix(buf, at, rows, cols):
 
 @kernel
 def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
-            scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks):
+            scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks,
+            hyper, state1, state2, layer_grad):
     """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.
 
     ``sgd``: the optimizer in backward with learning rate ``eta`` (``grads`` is then
-    unused); else the batch-mean gradients (``scale`` = 1 / batch) go to ``grads``.
+    unused); with ``sgd`` and a non-empty ``hyper`` (:func:`fastckpt.kernels.optimizers.layer_step`)
+    that layer's optimizer with its state ``state1``/``state2`` instead, each layer's
+    gradient computed into ``layer_grad`` (its weights first, its bias at the offset the
+    parameter layout puts it) and applied at once (the layer is checked first and left
+    unchanged if a value would be NaN or inf); else the batch-mean gradients (``scale`` =
+    1 / batch) go to ``grads``.
     ``l2`` (L,) per layer.  ``counts`` (L,) counts forward ops per layer; ``trace`` (n, 2)
     gets each op's (kind, layer), row ``i`` for op ``i``.  After the table's last op the
     gradients' ``blocks`` are copied into ``acc`` (``acc_mode`` 1: the rest of ``acc`` zeroed)
@@ -80,7 +87,19 @@ def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scra
         else:
             dz_out = _matrix(deltas, ops[i, 4], batch, n_out)
             dz_in = _matrix(deltas, max(ops[i, 5], 0), batch if ops[i, 5] >= 0 else 0, n_in)
-            if sgd:
+            if sgd and hyper.shape[0] > 0:
+                w_at, b_at = layout[layer, 0], layout[layer, 1]
+                n_w = n_out * n_in
+                gw = _matrix(layer_grad, 0, n_out, n_in)
+                gb = layer_grad[b_at - w_at:b_at - w_at + n_out]
+                dense_backward(a, w, dz_out, scale, scratch, gw, gb, dz_in, l2[layer], acts[layer])
+                for write in (False, True):
+                    bad = (layer_step(hyper, params, layer_grad, state1, state2, w_at, 0, n_w, eta, write)
+                           | layer_step(hyper, params, layer_grad, state1, state2, b_at, b_at - w_at, n_out, eta,
+                                        write))
+                    if bad != 0:
+                        return BAD_UPDATE + layer, loss
+            elif sgd:
                 if not dense_backward_sgd(a, w, b, dz_out, step, scratch, dz_in, eta * l2[layer], acts[layer]):
                     return BAD_UPDATE + layer, loss
             else:

@@ -60,6 +60,35 @@ def test_several_minibatches_per_rank_share_one_exchange(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_an_optimizer_with_state_steps_on_the_mean_gradient_of_every_rank(tmp_path, optimizer):
+    """Two ranks, two minibatches each per update: the optimizer's step on the mean of the four batch-mean
+    gradients, the state identical on every rank and saved with the net."""
+    out = tmp_path / "w.npz"
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--parallel-batches", "4", "--sizes", "784,20,10",
+                           "--epochs", "1", "--batch-size", "10", "--eta", "0.01", "--optimizer", optimizer,
+                           "--activation", "relu", "--init", "he", "--save", str(out), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (x, y), _ = fastckpt.load_mnist()
+    np.random.seed(0)
+    net = fastckpt.Network([784, 20, 10], optimizer=optimizer, activation="relu", init="he")
+    for start in range(0, 4000, 40):
+        grads = [net.backprop(x[k:k + 10], y[k:k + 10]) for k in range(start, start + 40, 10)]
+        mean = net.params.new_buffer()
+        w, b = fastckpt.core.layout.layer_views(mean, net.sizes)
+        for layer in range(2):
+            w[layer][...] = sum(g[1][layer] for g in grads) / 4
+            b[layer][...] = sum(g[0][layer] for g in grads).ravel() / 4
+        net.optimizer_state.apply(net.params, mean, 0.01)
+    saved = fastckpt.load(out)
+    assert saved.optimizer_state.steps == net.optimizer_state.steps == 100
+    for got, ref in zip(saved.weights + saved.biases + saved.optimizer_state.buffers,
+                        net.weights + net.biases + net.optimizer_state.buffers):
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)      # another order of summation
+
+
+@needs_mpi
 def test_checkpointing_runs_unchanged_on_each_rank(tmp_path):
     paths = []
     for strategy in ("plain", "revolve(1)"):

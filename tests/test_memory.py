@@ -8,6 +8,7 @@ import pytest
 
 import fastckpt
 from fastckpt import NetworkWithCheckpointing
+from fastckpt.core.layout import grad_bytes
 from fastckpt.report.measure import memray_peak
 
 pytestmark = pytest.mark.memory
@@ -77,25 +78,32 @@ def test_openblas_job_table_is_predicted_where_gemms_go_threaded(batch):
     assert abs(memray_peak(build_and_train) - predicted["total"]) <= 16 * 1024
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["after", "in-backward"])
 @pytest.mark.parametrize("optimizer", ["momentum", "adam"])
 @pytest.mark.parametrize("strategy", ["plain", "sqrt", "fit"])
 @pytest.mark.parametrize("net", list(NETS))
-def test_memray_peak_counts_the_optimizer_state(net, strategy, optimizer):
-    """The velocity, or Adam's m and v, are buffers the size of the parameters: the plan's optimizer_state."""
+def test_memray_peak_counts_the_optimizer_state(net, strategy, optimizer, fused):
+    """The velocity, or Adam's m and v, are buffers the size of the parameters: the plan's optimizer_state.
+    In the backward pass the gradients shrink to the largest layer's."""
     sizes, batch = NETS[net]
     if strategy == "fit":
-        whole = fastckpt.plan(sizes, batch, strategy="plain", optimizer=optimizer).bytes()["total"]
+        whole = fastckpt.plan(sizes, batch, strategy="plain", optimizer=optimizer,
+                              optimizer_in_backward=fused).bytes()["total"]
         with pytest.raises(fastckpt.InfeasiblePlan) as info:
-            fastckpt.plan(sizes, batch, strategy="fit(1)", optimizer=optimizer)
+            fastckpt.plan(sizes, batch, strategy="fit(1)", optimizer=optimizer, optimizer_in_backward=fused)
         strategy = f"fit({(whole + info.value.minimum_bytes) // 2})"
     rng = np.random.default_rng(0)
     x, y = rng.random((batch, sizes[0])), rng.random((batch, sizes[-1]))
-    predicted = fastckpt.plan(sizes, batch, strategy=strategy, optimizer=optimizer).bytes()
+    predicted = fastckpt.plan(sizes, batch, strategy=strategy, optimizer=optimizer,
+                              optimizer_in_backward=fused).bytes()
     assert predicted["optimizer_state"] == {"momentum": 1, "adam": 2}[optimizer] * predicted["parameters"]
+    if fused:
+        assert predicted["gradients"] == max(grad_bytes(sizes, 8))
 
     def build_and_train():
         np.random.seed(0)
-        model = NetworkWithCheckpointing(sizes, strategy=strategy, optimizer=optimizer, activation="relu", init="he")
+        model = NetworkWithCheckpointing(sizes, strategy=strategy, optimizer=optimizer, activation="relu", init="he",
+                                         optimizer_in_backward=fused)
         for _ in range(3):
             model.update_mini_batch(x, y, 0.001)
     build_and_train()                                              # warm-up: the optimizer's kernels

@@ -77,15 +77,17 @@ def test_twenty_steps_of_given_gradients_follow_the_formula(rng, name):
         _assert_close(got, [r.reshape(g.shape) for g, r in zip(got, ref)])
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["after", "in-backward"])
 @pytest.mark.parametrize("loss", ["quadratic", "cross_entropy"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_twenty_training_steps_follow_the_twin(rng, name, loss):
-    """Whole steps, with the gradients of the NumPy twin at the twin's own parameters."""
+def test_twenty_training_steps_follow_the_twin(rng, name, loss, fused):
+    """Whole steps, with the gradients of the NumPy twin at the twin's own parameters; the optimizer
+    applied after the backward pass or inside it, layer by layer."""
     opt = OPTIMIZERS[name]
     sizes, hidden = [8, 6, 5, 4], ["relu", "tanh"]
     np.random.seed(7)
     net = NetworkWithCheckpointing(sizes, strategy="sqrt", optimizer=opt, loss=loss, activation=hidden, l2=0.01,
-                                   init="he")
+                                   init="he", optimizer_in_backward=fused)
     twin = Twin(net, opt)
     x = rng.standard_normal((10, 8))
     y = np.eye(4)[rng.integers(0, 4, 10)]
@@ -97,7 +99,8 @@ def test_twenty_training_steps_follow_the_twin(rng, name, loss):
     _assert_close(list(net.weights) + list(net.biases), twin.params)
 
 
-@pytest.mark.parametrize("name, fused", [(name, False) for name in OPTIMIZERS] + [("sgd", True)])
+@pytest.mark.parametrize("fused", [False, True], ids=["after", "in-backward"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_every_strategy_is_bit_identical_to_plain(rng, name, fused):
     opt = OPTIMIZERS[name]
     sizes = [9, 8, 7, 6, 8, 5, 7, 4]
@@ -116,6 +119,46 @@ def test_every_strategy_is_bit_identical_to_plain(rng, name, fused):
             np.testing.assert_array_equal(a, b, err_msg=strategy)
         for a, b in zip(plain.optimizer_state.buffers, net.optimizer_state.buffers):
             np.testing.assert_array_equal(a, b, err_msg=strategy)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", [name for name in OPTIMIZERS if OPTIMIZERS[name].slots])
+def test_an_optimizer_in_backward_is_bit_identical_to_one_after_it(rng, name, dtype):
+    """Each layer's gradient is the same, and so is each element's update: only when it runs differs."""
+    sizes = [9, 8, 7, 6, 8, 5, 7, 4]
+    x, y = rng.standard_normal((6, 9)), np.eye(4)[rng.integers(0, 4, 6)]
+    nets = []
+    for fused in (False, True):
+        np.random.seed(4)
+        net = NetworkWithCheckpointing(sizes, dtype=dtype, strategy="revolve(2)", optimizer=OPTIMIZERS[name],
+                                       optimizer_in_backward=fused, activation="tanh", init="xavier", l2=0.02)
+        for _ in range(6):
+            net.update_mini_batch(x, y, 0.05)
+        nets.append(net)
+    after, fused = nets
+    assert after.optimizer_state.steps == fused.optimizer_state.steps == 6
+    for a, b in zip(after.weights + after.biases + after.optimizer_state.buffers,
+                    fused.weights + fused.biases + fused.optimizer_state.buffers):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_refused_layer_in_backward_is_left_unchanged_and_the_layers_above_are_updated(rng):
+    np.random.seed(3)
+    net = Network([5, 4, 3, 2], optimizer="momentum", optimizer_in_backward=True)
+    x, y = rng.random((4, 5)), rng.random((4, 2))
+    net.update_mini_batch(x, y, 0.1)
+    net.optimizer_state.buffers[0][:] = 0.0
+    w0, b0 = layer_views(net.optimizer_state.buffers[0], net.sizes)
+    w0[0][0, 0] = np.inf                                     # the velocity goes inf in layer 0 only
+    before = [np.array(a) for a in list(net.weights) + list(net.biases)]
+    with pytest.raises(FloatingPointError, match="layer 0's parameters or state NaN or inf, so that layer was left "
+                                                 "unchanged; with the optimizer in backward, layers 1..2 are already "
+                                                 "updated"):
+        net.update_mini_batch(x, y, 0.1)
+    after = list(net.weights) + list(net.biases)
+    np.testing.assert_array_equal(after[0], before[0])
+    np.testing.assert_array_equal(after[3], before[3])
+    assert not np.array_equal(after[2], before[2]) and net.optimizer_state.steps == 2
 
 
 def test_the_default_is_the_labs_sgd(rng):
@@ -204,8 +247,6 @@ def test_an_update_that_would_go_non_finite_changes_nothing(rng, name, dtype):
     ({"optimizer": "rmsprop"}, ValueError, "optimizer must be 'sgd', 'momentum', 'adam', 'adamw' or an optimizer "
                                            "such as fastckpt.optimizers.Adam(betas=(0.9, 0.99)), got 'rmsprop'"),
     ({"optimizer": None}, ValueError, "got None"),
-    ({"optimizer": "adam", "optimizer_in_backward": True}, ValueError,
-     "optimizer_in_backward=True applies SGD inside the backward pass; optimizer 'adam' needs the whole gradient"),
 ])
 def test_bad_optimizers_are_refused(kwargs, error, message):
     for cls in (Network, NetworkWithCheckpointing):
@@ -222,8 +263,6 @@ def test_bad_optimizers_are_refused(kwargs, error, message):
     (lambda: Adam(betas=(0.9, 1.5)), "betas[1] must be in [0, 1), got 1.5"),
     (lambda: Adam(eps=-1), "eps must be finite and >= 0, got -1"),
     (lambda: AdamW(weight_decay=float("nan")), "weight_decay must be finite and >= 0, got nan"),
-    (lambda: fastckpt.plan([4, 3], 2, optimizer="adam", optimizer_in_backward=True),
-     "optimizer 'adam' needs the whole gradient"),
 ])
 def test_bad_hyper_parameters_are_refused_with_their_names(make, message):
     with pytest.raises((ValueError, TypeError)) as info:
@@ -231,7 +270,27 @@ def test_bad_hyper_parameters_are_refused_with_their_names(make, message):
     assert message in str(info.value)
 
 
-def test_data_parallel_trainers_refuse_an_optimizer_they_do_not_apply():
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", ["nesterov", "adam-l2", "adamw"])
+def test_threads_step_the_optimizer_on_the_mean_gradient(rng, name, threads):
+    """DataParallel: the mean of the minibatches' gradients (summed in minibatch order), then the step."""
     from fastckpt.parallel import DataParallel
-    with pytest.raises(ValueError, match=r"DataParallel applies the lab's SGD only; this net's optimizer is adam\("):
-        DataParallel(Network([4, 3, 2], optimizer="adam"))
+    sizes = [12, 9, 7, 4]
+    np.random.seed(2)
+    net = Network(sizes, optimizer=OPTIMIZERS[name], activation="tanh", init="xavier")
+    ref = copy.deepcopy(net)
+    xs, ys = rng.random((3, 5, 12)), np.eye(4)[rng.integers(0, 4, (3, 5))]
+    with DataParallel(net, threads=threads) as dp:
+        for _ in range(4):
+            dp.update_mini_batches(xs, ys, 0.05)
+            mean = ref.params.new_buffer()
+            for x, y in zip(xs, ys):
+                ref.engine(5).gradients(ref.params, x, y, out=mean, add=True)
+            mean *= 1.0 / 3
+            ref.optimizer_state.apply(ref.params, mean, 0.05)
+        parts = dp.predicted_bytes(5)
+    assert net.optimizer_state.steps == 4
+    assert parts["optimizer_state"] == OPTIMIZERS[name].slots * net.params.flat.nbytes
+    for a, b in zip(net.weights + net.biases + net.optimizer_state.buffers,
+                    ref.weights + ref.biases + ref.optimizer_state.buffers):
+        np.testing.assert_array_equal(a, b)

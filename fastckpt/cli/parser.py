@@ -75,10 +75,11 @@ def _json(p):
 
 
 def _sgd_in_backward(p, verb="plan for", default=False):
-    p.add_argument("--sgd-in-backward", action="store_true", default=default,
-                   help=f"{verb} the optimizer in backward: each layer's SGD step as soon as its gradient is final, "
-                        "so no gradient buffers (default: off" + (", or the --resume file's)" if default is None
-                                                                  else ")"))
+    p.add_argument("--optimizer-in-backward", "--sgd-in-backward", dest="sgd_in_backward", action="store_true",
+                   default=default,
+                   help=f"{verb} the optimizer in backward: each layer's step as soon as its gradient is final, so "
+                        "no gradient buffers with SGD and one layer's with another optimizer (default: off"
+                        + (", or the --resume file's)" if default is None else ")"))
 
 
 # -- the commands -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ state value NaN or inf changes nothing and raises FloatingPointError.
 """
 import numpy as np
 
-from fastckpt.kernels import adam_step, momentum_step
+from fastckpt.kernels import ADAM, MOMENTUM, adam_step, momentum_step
 
 from .checks import check_nonnegative, check_positive_int
 from .layout import layer_views
@@ -181,6 +181,20 @@ class OptimizerState:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
                                          "weights and state left unchanged")
             self.steps += 1
+
+    def kernel_args(self):
+        """``(hyper, state1, state2)`` of the next step, for the step kernel's optimizer in the backward
+        pass (:func:`fastckpt.kernels.run_ops`); ``hyper`` is empty for SGD."""
+        opt, empty = self.optimizer, np.zeros(0, dtype=self.buffers[0].dtype if self.buffers else np.float64)
+        if opt.slots == 0:
+            return np.zeros(0), empty, empty
+        if isinstance(opt, Momentum):
+            return np.array([MOMENTUM, opt.momentum, float(opt.nesterov)]), self.buffers[0], empty
+        t = self.steps + 1
+        beta1, beta2 = opt.betas
+        hyper = [ADAM, beta1, beta2, opt.eps, opt.weight_decay, float(opt.decoupled), 1.0 - beta1 ** t,
+                 1.0 - beta2 ** t]
+        return np.array(hyper), self.buffers[0], self.buffers[1]
 
     def arrays(self, sizes):
         """``{state name: (weights, biases)}``: copies of each buffer in the lab's shapes, (n_out, n_in)

@@ -57,6 +57,7 @@ class Engine:
         self._layout = layout_array(plan.sizes, plan.itemsize)
         self._sizes = np.array(plan.sizes, dtype=np.int64)
         self._no_blocks = np.zeros((0, 2), dtype=np.int64)
+        self._no_state = (np.zeros(0), np.zeros(0, dtype=plan.dtype), np.zeros(0, dtype=plan.dtype))
         self.loss = check_loss(loss)
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
@@ -125,19 +126,47 @@ class Engine:
         ``(x, y)``, in place; returns the mean loss.
 
         SGD is :meth:`sgd`.  Any other optimizer computes the gradients, then applies its
-        update, refused whole if a parameter or a state value would become NaN or inf.
+        update, refused whole if a parameter or a state value would become NaN or inf; with a
+        plan for the optimizer in backward each layer's update is applied as soon as its
+        gradient is final, the same numbers bit for bit, and a layer whose update would
+        go NaN or inf is left unchanged, after the layers above it were updated.
         """
         if state.optimizer.slots == 0:
             return self.sgd(params, x, y, eta, names=names)
         eta = check_eta(eta)
         self._check(params)
-        if self.plan.optimizer_in_backward:
-            raise ValueError(f"this engine's plan applies SGD in the backward pass; {state.optimizer.name} "
-                             "needs a plan with optimizer_in_backward=False")
+        fused = self.plan.optimizer_in_backward
+        if fused and state.optimizer != self.plan.optimizer:
+            raise ValueError(f"this engine's plan applies {self.plan.optimizer} in the backward pass, not "
+                             f"{state.optimizer}")
         with self._running():
-            loss = self._run(params, x, y, names, self.grad, None)
-            state.apply(params, self.grad, eta)
+            if not fused:
+                loss = self._run(params, x, y, names, self.grad, None)
+                state.apply(params, self.grad, eta)
+                return loss
+            try:
+                loss = self._run(params, x, y, names, None, eta, state=state)
+            except FloatingPointError as exc:
+                if getattr(exc, "layers_updated", False):
+                    state.steps += 1                         # the layers above took this step
+                raise
+            state.steps += 1
             return loss
+
+    def _bad_update(self, layer, state):
+        """The error of an update in the backward pass that went NaN or inf at ``layer``; its
+        ``layers_updated`` says whether layers above it had taken the step."""
+        top = self.plan.n_layers - 1
+        if state is None:                                    # SGD: the layer itself is written too
+            exc = FloatingPointError(f"the update made layer {layer}'s parameters NaN or inf; with the optimizer "
+                                     f"in backward, layers {layer}..{top} are already updated")
+        else:
+            above = f"layers {layer + 1}..{top} are already updated" if layer < top else "no layer was updated"
+            exc = FloatingPointError(f"the {state.optimizer.name} update would make layer {layer}'s parameters or "
+                                     f"state NaN or inf, so that layer was left unchanged; with the optimizer in "
+                                     f"backward, {above}")
+        exc.layers_updated = layer < top or state is None
+        return exc
 
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
@@ -156,11 +185,11 @@ class Engine:
                                "give each thread its own Engine")
         return _Release(self._busy)
 
-    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0):
+    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0, state=None):
         """One pass over the plan, a kernel call per run of ops (:attr:`Workspace.runs`).  With
-        ``eta``, each layer's SGD update is applied as soon as its gradient is final (optimizer
-        in backward); else the gradients go to the flat buffer ``grads``, and their ``blocks``
-        are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
+        ``eta``, each layer's update (SGD, or ``state``'s optimizer) is applied as soon as its
+        gradient is final (optimizer in backward); else the gradients go to the flat buffer
+        ``grads``, and their ``blocks`` are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
         tick()                                                # NOTE [ Threads on a shared machine ]
         plan = self.plan
         xb, yb = self.workspace.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
@@ -175,12 +204,13 @@ class Engine:
         grads = grads if grads is not None else ws.deltas[:0]
         if acc is None:
             acc, blocks = grads, self._no_blocks
+        hyper, state1, state2 = self._no_state if state is None else state.kernel_args()
         loss = np.nan
         for first, (lo, hi) in enumerate(ws.runs):
             status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
                                    ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
                                    self.l2_array, self.acts, penalty, first == 0, counts, trace,
-                                   acc, acc_mode, blocks)
+                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad)
             loss = part if not np.isnan(part) else loss
             if status == BAD_INPUT:
                 check_finite(xb, names[0])
@@ -189,10 +219,7 @@ class Engine:
             elif status == BAD_LOSS:
                 raise FloatingPointError(f"the loss is {part} (non-finite); weights left unchanged")
             elif status >= BAD_UPDATE:
-                layer = status - BAD_UPDATE
-                raise FloatingPointError(
-                    f"the update made layer {layer}'s parameters NaN or inf; with the optimizer in "
-                    f"backward, layers {layer}..{self.plan.n_layers - 1} are already updated")
+                raise self._bad_update(status - BAD_UPDATE, state)
         self.forward_counts[:] = counts.tolist()
         if self.trace is not None:
             names_of = ("fwd", "loss", "bwd")

@@ -1,4 +1,5 @@
-"""The buffers a plan runs in: activations (with the gradients at the arena's top), deltas and scratch.
+"""The buffers a plan runs in: activations (with the gradients at the arena's top), deltas and scratch
+(and one layer's gradient, for an optimizer with state applied in the backward pass).
 
 Allocated once per plan; a smaller batch uses the leading rows of the same
 buffers.  :attr:`Workspace.table` is the plan's ops as the offsets of their
@@ -32,6 +33,8 @@ class Workspace:
         self.activations = np.empty(plan.arena_elems, dtype=plan.dtype)     # and the gradients at its top
         self.deltas = np.empty(workspace_delta_elems(sizes, batch, self.input_delta), dtype=plan.dtype)
         self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
+        stateful = plan.optimizer_in_backward and plan.optimizer.slots
+        self.layer_grad = np.empty(plan.bytes()["gradients"] // plan.itemsize if stateful else 0, dtype=plan.dtype)
         self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self.staging = Staging(batch, plan.dtype)           # minibatches of another dtype or layout
         self._gradients = self.activations[plan.grad_offset:]

@@ -30,11 +30,13 @@ class Network(Predicting):
         Precision of parameters and activations.  Parameters are drawn in
         float64, then cast.
     optimizer_in_backward : bool, optional
-        Apply each layer's SGD update as soon as its gradient is final
-        (default False): no gradient buffers, so less memory.  An update that
-        would go NaN or inf is then caught at its layer, after the layers
-        above it were updated, and that layer may hold the NaN or inf; the
-        default mode refuses it whole.
+        Apply each layer's update as soon as its gradient is final (default
+        False): with SGD no gradient buffers at all, with another optimizer one
+        layer's (the largest), so less memory; momentum and Adam give the same
+        numbers bit for bit as after the backward pass.  An update that would
+        go NaN or inf is then caught at its layer, after the layers above it
+        were updated (SGD's layer may hold the NaN or inf; another optimizer
+        leaves that layer unchanged); the default mode refuses it whole.
     loss : {"quadratic", "cross_entropy"}, optional
         ``"quadratic"`` (default, the lab's): sigmoid output and
         ``0.5 * ||a - y||^2``.  ``"cross_entropy"``: softmax output and
@@ -60,8 +62,7 @@ class Network(Predicting):
         :mod:`fastckpt.optimizers` for other hyper-parameters, e.g.
         ``Momentum(0.8, nesterov=True)`` or ``Adam(betas=(0.9, 0.99))``.
         Its state (:attr:`optimizer_state`) is kept with the parameters and
-        counted in the plan's bytes.  Only ``"sgd"`` runs with
-        ``optimizer_in_backward=True``.
+        counted in the plan's bytes.
 
     Attributes
     ----------
@@ -125,9 +126,6 @@ class Network(Predicting):
             raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
         self.optimizer_in_backward = bool(optimizer_in_backward)
         self.optimizer = parse_optimizer(optimizer)
-        if self.optimizer_in_backward and self.optimizer.slots:
-            raise ValueError(f"optimizer_in_backward=True applies SGD inside the backward pass; optimizer "
-                             f"{self.optimizer.name!r} needs the whole gradient: give optimizer_in_backward=False")
         self.num_layers = len(sizes)
         self.sizes = list(sizes)
         self.params = Parameters(sizes, dtype)

@@ -46,9 +46,6 @@ class MPITrainer(RankTrainer):
     def __init__(self, net, comm=None):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
-        if net.optimizer.slots:
-            raise ValueError(f"MPI data parallelism applies the lab's SGD only; this net's optimizer is "
-                             f"{net.optimizer}")
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
@@ -93,11 +90,13 @@ class MPITrainer(RankTrainer):
         return self._engine
 
     def update(self, x, y, eta):
-        """One SGD step on the mean of every rank's minibatch gradient (same size on every rank)."""
+        """One step of the net's optimizer on the mean of every rank's minibatch gradient (same size on every
+        rank)."""
         self.update_many([x], [y], eta)
 
     def update_many(self, xs, ys, eta, count=None):
-        """One SGD step on the mean gradient of all ranks' minibatches, ``len(xs)`` on each rank.
+        """One step of the net's optimizer (the lab's SGD by default) on the mean gradient of all ranks'
+        minibatches, ``len(xs)`` on each rank.
 
         Several minibatches per rank share one exchange: their gradients are
         summed locally, in order, before the reduce.  ``count`` is the number
@@ -125,15 +124,20 @@ class MPITrainer(RankTrainer):
                     local[...] = self._total
                 self.comm.Bcast(local, root=0)
                 errors.shared = FloatingPointError    # same gradient and weights everywhere: refused on all or none
-                net.params.update(local, eta / count)
+                if net.optimizer.slots == 0:
+                    net.params.update(local, eta / count)
+                else:                                 # the mean gradient, then the optimizer's step, on every rank
+                    local *= 1.0 / count
+                    net.optimizer_state.apply(net.params, local, eta)
 
     def _net_settings(self):
         """What must be the same on every rank: the net and its weights (a digest)."""
         net = self.net
         return {"sizes": net.sizes, "dtype": net.dtype.name, "strategy": net.strategy, "loss": net.loss,
                 "l2": list(net.l2), "activation": list(net.activation),
-                "optimizer_in_backward": net.optimizer_in_backward,
-                "initial weights": "sha256 " + hashlib.sha256(net.params.flat).hexdigest()[:16]}
+                "optimizer_in_backward": net.optimizer_in_backward, "optimizer": net.optimizer,
+                "optimizer state": f"{net.optimizer_state.steps} steps, sha256 " + _digest(net.optimizer_state.buffers),
+                "initial weights": "sha256 " + _digest([net.params.flat])}
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True, progress=None, on_epoch=None):
@@ -163,3 +167,11 @@ class MPITrainer(RankTrainer):
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,
                         groups=groups, settings=settings, model=net, on_epoch=on_epoch,
                         progress=progress)
+
+
+def _digest(buffers):
+    """The first 16 hex digits of the SHA-256 of the buffers' bytes, in order."""
+    digest = hashlib.sha256()
+    for buf in buffers:
+        digest.update(buf)
+    return digest.hexdigest()[:16]

@@ -15,11 +15,12 @@ resumed run may use another number of threads).  With same-size minibatches
 it equals one step on their concatenation, up to the rounding of that order.
 
 NOTE [ Memory of the threads ]
-The parameters and the one gradient sum are shared; each worker holds its own
-step (its plan's workspace, deltas and gradients, BLAS on one thread).  So
-``fit(bytes)`` bounds all of it: each worker plans ``fit`` of its share,
-``P + (bytes - 2 P) / threads`` with ``P`` the parameters' bytes, and
-:meth:`DataParallel.predicted_bytes` adds the parts up.
+The parameters, the optimizer's state (``S`` buffers their size: none for SGD)
+and the one gradient sum are shared; each worker holds its own step (its plan's
+workspace, deltas and gradients, BLAS on one thread).  So ``fit(bytes)`` bounds
+all of it: each worker plans ``fit`` of its share, ``P + (bytes - (2 + S) P) /
+threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_bytes`
+adds the parts up.
 """
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -33,6 +34,7 @@ from fastckpt.engine.loop import batch_starts, check_training, run_epochs
 from fastckpt.kernels import accumulate, blas_threads, set_blas_threads
 from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
+from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Fit
 
 THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
@@ -53,8 +55,6 @@ class DataParallel:
     def __init__(self, net, threads=2):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
-        if net.optimizer.slots:
-            raise ValueError(f"DataParallel applies the lab's SGD only; this net's optimizer is {net.optimizer}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
@@ -84,24 +84,34 @@ class DataParallel:
         net, threads = self.net, self.threads
         strategy = net.strategy
         if isinstance(strategy, Fit) and threads > 1:
-            shared = 2 * net.params.flat.nbytes                           # parameters and the gradient sum
+            shared = (2 + net.optimizer.slots) * net.params.flat.nbytes   # parameters, state and the gradient sum
             share = net.params.flat.nbytes + (strategy.nbytes - shared) // threads
             try:
                 if share <= net.params.flat.nbytes:
                     raise InfeasiblePlan("", shared + threads)
-                return net.plan(batch, optimizer_in_backward=False, strategy=Fit(share), blas_threads=1)
+                return self._plan(batch, Fit(share), 1)
             except InfeasiblePlan as exc:
                 least = shared + threads * (exc.minimum_bytes - net.params.flat.nbytes)
-                raise InfeasiblePlan(f"{strategy} with {threads} threads: the parameters, the gradient sum and "
-                                     f"{threads} workers' steps need at least {least} bytes "
+                state = ", the optimizer's state" if net.optimizer.slots else ""
+                raise InfeasiblePlan(f"{strategy} with {threads} threads: the parameters{state}, the gradient sum "
+                                     f"and {threads} workers' steps need at least {least} bytes "
                                      f"({least / 2**20:.2f} MiB); got {strategy.nbytes}", least) from None
-        return net.plan(batch, optimizer_in_backward=False, blas_threads=1 if threads > 1 else None)
+        if threads == 1 and net.optimizer.slots:                          # the one worker's plan holds the state
+            return net.plan(batch, optimizer_in_backward=False)
+        return self._plan(batch, strategy, 1 if threads > 1 else None)
+
+    def _plan(self, batch, strategy, blas_threads):
+        """A worker's plan: gradients only (the net, not a worker, holds the optimizer's state)."""
+        net = self.net
+        return make_plan(net.sizes, batch, net.dtype, strategy, blas_threads=blas_threads)
 
     def predicted_bytes(self, batch):
         """Bytes by part of training with minibatches of ``batch`` samples (NOTE [ Memory of the threads ])."""
         step = self.worker_plan(batch).bytes()
         params = self.net.params.flat.nbytes
-        parts = {"parameters": params, "gradient_sum": params, "workers": self.threads * (step["total"] - params)}
+        state = self.net.optimizer.slots * params
+        parts = {"parameters": params, "optimizer_state": state, "gradient_sum": params,
+                 "workers": self.threads * (step["total"] - params - step["optimizer_state"])}
         parts["total"] = sum(parts.values())
         return parts
 
@@ -118,7 +128,8 @@ class DataParallel:
         return made[1]
 
     def update_mini_batches(self, x_batches, y_batches, eta):
-        """One SGD step on the mean gradient of the minibatches (a sequence, or a 3-D array).
+        """One step of the net's optimizer (the lab's SGD by default) on the mean gradient of the minibatches
+        (a sequence, or a 3-D array).
 
         Every minibatch must have the same number of samples.  The update is
         applied only if no parameter would become NaN or inf.
@@ -159,7 +170,12 @@ class DataParallel:
             results = self._run(work, min(self.threads, len(xs)), turns.fail)
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = float(np.mean([loss for _, loss in losses]))
-            params.update(self._sum, eta / len(xs))
+            state = self.net.optimizer_state
+            if state.optimizer.slots == 0:
+                params.update(self._sum, eta / len(xs))        # the lab's SGD: the mean folded into the step
+            else:
+                self._sum *= 1.0 / len(xs)                     # the mean gradient, then the optimizer's step
+                state.apply(params, self._sum, eta)
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results.

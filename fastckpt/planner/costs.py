@@ -6,7 +6,7 @@ flat buffer in the layout of :func:`fastckpt.core.layout.param_layout`.
 """
 import numpy as np
 
-from fastckpt.core.layout import ALIGN_BYTES
+from fastckpt.core.layout import ALIGN_BYTES, grad_bytes, param_layout
 from fastckpt.kernels import blas_core
 
 BLAS_JOB_BYTES = 512 * 1024      # OpenBLAS's job table: MAX_CPU_NUMBER (64 in numpy's build) job_t entries
@@ -21,6 +21,15 @@ def act_bytes(sizes, batch_size, itemsize, j):
 def state_bytes(sizes, batch_size, itemsize):
     """``w[j]`` = workspace bytes of ``a[j]`` for j = 0 .. L (``w[0] = 0``: the input)."""
     return [0] + [act_bytes(sizes, batch_size, itemsize, j) for j in range(1, len(sizes))]
+
+
+def gradient_bytes(sizes, itemsize, optimizer_in_backward=False, optimizer_slots=0):
+    """Bytes of a step's gradient buffers: the whole flat layout; none with SGD in the backward pass
+    (each layer's update is folded into its GEMM); one layer's block, the largest, with a stateful
+    optimizer in the backward pass (each layer's gradient is made, applied and forgotten in turn)."""
+    if not optimizer_in_backward:
+        return param_layout(sizes, itemsize)[1] * itemsize
+    return max(grad_bytes(sizes, itemsize)) if optimizer_slots else 0
 
 
 def forward_flops(sizes, batch_size):

@@ -13,7 +13,16 @@ from fastckpt.core.layout import grad_bytes, param_layout
 from fastckpt.core.optimizers import SGD, parse_optimizer
 from fastckpt.kernels import blas_threads as current_blas_threads
 
-from .costs import act_bytes, blas_bytes, delta_elems, describe_sizes, forward_flops, state_bytes, step_flops
+from .costs import (
+    act_bytes,
+    blas_bytes,
+    delta_elems,
+    describe_sizes,
+    forward_flops,
+    gradient_bytes,
+    state_bytes,
+    step_flops,
+)
 from .search import PlanTooCostly
 from .strategies import parse_strategy
 from .trees import walk
@@ -50,7 +59,8 @@ class Plan:
         Size of the activation workspace, in elements of ``dtype``: the peak of
         kept activations plus recompute buffers.
     optimizer_in_backward : bool
-        Whether training applies SGD inside the backward pass, with no gradient buffers.
+        Whether training applies the optimizer inside the backward pass, layer by layer: no
+        gradient buffers with SGD, one layer's with an optimizer that keeps state.
     optimizer : Optimizer
         The update rule (:mod:`fastckpt.core.optimizers`), whose state the bytes count.
     blas_threads : int
@@ -128,7 +138,8 @@ class Plan:
 
         ``activation_memory`` is what a ``budget`` bounds: kept activations,
         recompute buffers and deltas.  ``total`` adds parameters, gradients
-        (none with the optimizer in backward), the optimizer's state (velocity,
+        (none with SGD in backward, the largest layer's with another optimizer in
+        backward), the optimizer's state (velocity,
         or Adam's ``m`` and ``v``: buffers the size of the parameters), the float64 scratch row and
         OpenBLAS's per-call job table when its GEMMs run threaded.
         ``shared_by_gradients`` (zero or negative) is the activation memory that
@@ -138,14 +149,14 @@ class Plan:
         params = param_layout(s, item)[1] * item
         kept = sum(act_bytes(s, b, item, j) for j in self.kept if j > 0)
         workspace = self.workspace_elems * item
-        grads = 0 if self.optimizer_in_backward else params
+        grads = gradient_bytes(s, item, self.optimizer_in_backward, self.optimizer.slots)
         parts = {
             "parameters": params,
             "gradients": grads,
             "optimizer_state": self.optimizer.slots * params,
             "kept_activations": kept,
             "recompute_buffers": workspace - kept,
-            "shared_by_gradients": self.arena_elems * item - workspace - grads,
+            "shared_by_gradients": self.arena_elems * item - workspace - (0 if self.optimizer_in_backward else grads),
             "deltas": delta_elems(s, b) * item,
             "scratch": max(s[1:]) * 8,
             "blas": blas_bytes(s, b, self.blas_threads),
@@ -161,8 +172,7 @@ class Plan:
         order = self.recompute_order
         lines = [
             f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
-            f"{self.dtype.name}{', SGD in backward' if self.optimizer_in_backward else ''}"
-            f"{'' if self.optimizer.slots == 0 else f', {self.optimizer.name}'}",
+            f"{self.dtype.name}{self._update_mode()}",
             f"kept after the forward pass: {_spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
             "input)",
             f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
@@ -174,6 +184,13 @@ class Plan:
         for part, n in self.bytes().items():
             lines.append(f"  {part:<18} {n:>14,d}  {n / 2**20:10.3f} MiB")
         return "\n".join(lines)
+
+    def _update_mode(self):
+        """``""`` for the lab's SGD after the backward pass, else ``", SGD in backward"``, ``", adam"``, ..."""
+        name = "SGD" if self.optimizer.slots == 0 else self.optimizer.name
+        if self.optimizer_in_backward:
+            return f", {name} in backward"
+        return f", {name}" if self.optimizer.slots else ""
 
 
 def _spans(values, ordered=False):
@@ -228,7 +245,8 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
         activation memory) or ``"fit(bytes)"`` (a bound on the whole step's ``total``),
         or the objects of the same names in :mod:`fastckpt.planner.strategies`.
     optimizer_in_backward : bool, optional
-        Plan for SGD applied inside the backward pass (no gradient buffers).
+        Plan for the optimizer applied inside the backward pass, each layer as soon as its
+        gradient is final: no gradient buffers with SGD, the largest layer's with another.
     blas_threads : int, optional
         BLAS threads to plan for; default: what numpy's OpenBLAS uses now.
     optimizer : str or Optimizer, optional
@@ -250,9 +268,6 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     dtype = check_dtype(dtype)
     strategy = parse_strategy(strategy)
     optimizer = parse_optimizer(optimizer)
-    if optimizer_in_backward and optimizer.slots:
-        raise ValueError(f"optimizer_in_backward applies SGD inside the backward pass; optimizer {optimizer.name!r} "
-                         "needs the whole gradient: give optimizer_in_backward=False")
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
     try:
         tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads,

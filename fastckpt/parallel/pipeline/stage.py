@@ -63,6 +63,7 @@ class Stage:
         self._layout = layout_array(plan.sizes, plan.itemsize)
         self._sizes = np.array(plan.sizes, dtype=np.int64)
         self._blocks = param_blocks(plan.sizes, plan.itemsize)
+        self._no_state = (np.zeros(0), *(np.zeros(0, dtype=plan.dtype) for _ in range(3)))   # no optimizer inside
         self._counts = np.zeros(plan.n_layers, dtype=np.int64)
         self._trace = np.full((len(ws.table), 2), -1, dtype=np.int64)
         self._no_y = np.zeros((0, plan.sizes[-1]), dtype=plan.dtype)      # read only by the loss op
@@ -116,7 +117,7 @@ class Stage:
         grads = ws.gradients()
         return run_ops(ws.table, lo, hi, x, y, params, grads, self._layout, self._sizes, ws.activations,
                        ws.deltas, ws.scratch, scale, False, 0.0, l2, self.acts, 0.0, False, self._counts,
-                       self._trace, grads if acc is None else acc, mode, self._blocks)
+                       self._trace, grads if acc is None else acc, mode, self._blocks, *self._no_state)
 
     def _evict(self):
         """Copy the arena owner's live set to a free slot: another pass is about to overwrite it."""
