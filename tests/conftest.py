@@ -12,6 +12,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))   # the lab baseline lives there
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fixed_blas_threads():
+    """BLAS on the library's own thread count for the whole session, as FASTCKPT_BLAS_THREADS=N would set it:
+    the memory tests compare memray with plans for that many threads, and whatever else the machine runs
+    meanwhile must not change the count between a plan and its measurement (tests/test_sharing.py tests
+    the threads that follow the free cores on an instance of its own)."""
+    from fastckpt.engine import sharing
+    from fastckpt.kernels import blas_threads
+    auto = sharing.SHARING.auto
+    if auto:
+        sharing.fix_threads(blas_threads())
+    yield
+    if auto:
+        sharing.fix_threads(None)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
