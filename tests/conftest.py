@@ -18,8 +18,9 @@ def _fixed_blas_threads():
     the memory tests compare memray with plans for that many threads, and whatever else the machine runs
     meanwhile must not change the count between a plan and its measurement (tests/test_sharing.py tests
     the threads that follow the free cores on an instance of its own)."""
-    from fastckpt.engine import sharing
     from fastckpt.kernels import blas_threads
+
+    from fastckpt.engine import sharing
     auto = sharing.SHARING.auto
     if auto:
         sharing.fix_threads(blas_threads())

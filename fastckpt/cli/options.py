@@ -2,6 +2,7 @@
 import argparse
 import math
 
+from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.planner.strategies import parse_bytes, parse_strategies, parse_strategy
 
 from .guard import leave_job
@@ -150,3 +151,11 @@ def fraction(text):
 def shuffle_seed(text):
     """``--shuffle``'s optional seed: an integer from 0 to 2**32 - 1."""
     return seed(text)
+
+
+def lr_schedule(text):
+    """``--lr-schedule``: constant, step(N[, gamma]) or cosine[(T[, eta_min])], checked and kept as its spelling."""
+    try:
+        return str(parse_lr_schedule(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -163,6 +163,11 @@ def _train(p):
     p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default=None,
                    help="the update, with PyTorch's defaults; --eta is its learning rate (adam wants ~0.001) "
                         "(default: sgd, the lab's, or the --resume file's)")
+    p.add_argument("--lr-schedule", type=o.lr_schedule, default=None, metavar="SCHEDULE",
+                   help="--eta per epoch: constant, step(N[, gamma]) (times gamma, 0.1 by default, every N epochs) or "
+                        "cosine[(T[, eta_min])] (down to eta_min over T epochs, by default all of --epochs), "
+                        "PyTorch's StepLR and CosineAnnealingLR; may change on --resume (default: constant, or "
+                        "the --resume file's)")
     p.add_argument("--shuffle", type=o.shuffle_seed, nargs="?", const=0, default=None, metavar="SEED",
                    help="a new order of the mini-batches every epoch, drawn from SEED and the epoch (default: off, "
                         "the lab's order, or the --resume file's; SEED defaults to 0)")

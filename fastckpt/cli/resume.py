@@ -30,6 +30,7 @@ def training_state(run, accuracies, epochs_done, updates_done, n_train, per_upda
     """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
     return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
             "max_memory": run.max_memory, "shuffle": run.shuffle, "validation": run.validation,
+            "lr_schedule": run.lr_schedule,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
@@ -105,7 +106,7 @@ def resumed(args, modes):
                              f"--{key} out to go on with the file's")
     np.random.set_state(state["rng"])
     return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
-                            validation=state.get("validation"))
+                            validation=state.get("validation"), lr_schedule=state.get("lr_schedule"))
 
 
 def _check_same(args, key, saved, state):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.engine.loop import SkippedSamples
 from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.nets.io import save_arrays
@@ -48,6 +49,7 @@ class Run:
     validation: float | None = None
     max_memory: int | None = None
     data_sha256: str | None = None
+    lr_schedule: str | None = None
 
 
 def settle(args, saved=None):
@@ -60,6 +62,8 @@ def settle(args, saved=None):
     values["parallel_batches"] = args.parallel_batches if saved is None else saved["parallel_batches"]
     for key in ("shuffle", "validation"):       # the file's run's, unless given (the same, checked)
         values[key] = getattr(args, key) if saved is None or getattr(args, key) is not None else saved.get(key)
+    schedule = args.lr_schedule if args.lr_schedule is not None else (saved or {}).get("lr_schedule")
+    values["lr_schedule"] = str(parse_lr_schedule(schedule).resolved(args.epochs))   # cosine's T fixed, for resumes
     return Run(**values)
 
 
@@ -170,7 +174,8 @@ def _model_parallel(args, run, guard, training, test, lead):
                 exclusive=exclusive, training=training_state(run, trainer.accuracies, epoch + 1, updates,
                                                              len(training[0]), 1)))
     _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
-                         verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer))
+                         verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
+                         lr_schedule=run.lr_schedule)
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
         workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
@@ -203,19 +208,20 @@ def _one_net(args, run, net, state, guard, training, test, lead):
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
                              parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,
-                             on_epoch=bar.after(saved, net))
+                             on_epoch=bar.after(saved, net), lr_schedule=run.lr_schedule)
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:
         with DataParallel(net, threads=args.threads) as dp:
             _, times = dp.SGD(training, epochs, run.batch_size, run.eta, test_data=test, parallel_batches=per_update,
                               verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, net),
-                              first_epoch=done)
+                              first_epoch=done, lr_schedule=run.lr_schedule)
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
         _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=bar.lines,
                            progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done,
-                           shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation)
+                           shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation,
+                           lr_schedule=run.lr_schedule)
         workers = {"activation": run.activation, "optimizer": run.optimizer, "training_loss": net.history["loss"]}
         if run.validation:
             workers["validation_accuracy"] = net.history["val_accuracy"]

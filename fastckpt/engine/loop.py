@@ -12,6 +12,7 @@ import numpy as np
 import psutil
 
 from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
+from fastckpt.core.lr import parse_lr_schedule
 
 
 def check_training(net, training_data, epochs, mini_batch_size, eta):
@@ -54,8 +55,10 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
 
 
 def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
-               first_epoch=0, validation=None, start_epoch=None):
-    """The lab's loop over ``update(group)`` for each group of mini-batch starts, every epoch.
+               first_epoch=0, validation=None, start_epoch=None, eta=None, lr_schedule=None):
+    """The lab's loop over ``update(group, eta)`` for each group of mini-batch starts, every epoch, with
+    the epoch's learning rate from ``lr_schedule`` (:mod:`fastckpt.core.lr`; constant ``eta`` by default),
+    kept per epoch in ``net.history["eta"]``.
 
     Records the process RSS before each update and its duration, evaluates and
     prints per epoch as the lab does; returns (memusage, updatetime).  Epochs
@@ -68,21 +71,24 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
     """
     if test_data is not None:
         pair(test_data, "test_data")                     # refused before any training, not after an epoch
+    schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
     process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
     with net.params.lock if lock is None else lock:
         net.accuracies = []
-        net.history = {"loss": [], "accuracy": net.accuracies, "val_accuracy": []}
+        net.history = {"loss": [], "accuracy": net.accuracies, "val_accuracy": [], "eta": []}
         for j in range(epochs):
             epoch = first_epoch + j
             if start_epoch is not None:
                 start_epoch(epoch)
+            rate = schedule.rate(eta, epoch, first_epoch + epochs)
+            net.history["eta"].append(rate)
             losses = []
             for i, group in enumerate(groups):
                 t0 = time.perf_counter()
                 memusage.append(process.memory_info().rss)
                 try:
-                    losses.append(update(group))
+                    losses.append(update(group, rate))
                 except FloatingPointError as exc:
                     raise FloatingPointError(f"training stopped at epoch {epoch}, update {i}: {exc}") from exc
                 updatetime.append(time.perf_counter() - t0)

@@ -217,7 +217,7 @@ class Network(Predicting):
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
             drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0, shuffle=False,
-            validation=None):
+            validation=None, lr_schedule=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
@@ -239,7 +239,11 @@ class Network(Predicting):
         pair ``(x, y)``; its accuracy and the mean training loss are then printed
         every epoch.  ``self.history`` keeps per epoch the mean training loss
         (``"loss"``, the mean of the mini-batches' losses before their updates),
-        the test accuracy (``"accuracy"``) and the validation accuracy (``"val_accuracy"``).
+        the test accuracy (``"accuracy"``), the validation accuracy (``"val_accuracy"``)
+        and the learning rate (``"eta"``).
+        ``lr_schedule``: ``"constant"`` (default, ``eta`` every epoch), ``"step(N[, gamma])"``
+        or ``"cosine[(T[, eta_min])]"``, PyTorch's ``StepLR`` and ``CosineAnnealingLR`` per
+        epoch, counted from ``first_epoch`` on (:mod:`fastckpt.core.lr`).
         """
         training_data, val_data = split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
@@ -253,14 +257,15 @@ class Network(Predicting):
         def start_epoch(epoch):
             rows[0] = order(epoch)
 
-        def update(group):
+        def update(group, rate):
             take = slice(group[0], group[0] + mini_batch_size)
             if rows[0] is not None:
                 take = rows[0][take]
-            self.update_mini_batch(x_train[take], y_train[take], eta)
+            self.update_mini_batch(x_train[take], y_train[take], rate)
             return self.last_loss
         return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
-                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=start_epoch)
+                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=start_epoch,
+                          eta=eta, lr_schedule=lr_schedule)
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):

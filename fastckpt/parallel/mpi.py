@@ -218,7 +218,7 @@ def _ranks(ranks):
 
 
 def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock, *, groups=None,
-             settings=None, model=None, on_epoch=None, progress=None):
+             settings=None, model=None, on_epoch=None, progress=None, lr_schedule=None):
     """The lab's loop for a trainer over MPI: the data and settings compared across ranks first, then
     ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
 
@@ -235,7 +235,8 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
     with group.errors() as errors:
         mine = {"training data": describe_data(training_data, "training_data"),
                 "test data": None if test_data is None else describe_data(test_data, "test_data"),
-                "epochs": epochs, "batch size": mini_batch_size, "eta": eta, **(settings or {})}
+                "epochs": epochs, "batch size": mini_batch_size, "eta": eta, "lr_schedule": str(lr_schedule),
+                **(settings or {})}
         errors.shared = (ValueError, TypeError)       # the same values everywhere: checks fail on all alike
         group.agree(mine)
         model = trainer if model is None else model
@@ -244,16 +245,16 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
         if groups is None:
             starts = [[s] for s in batch_starts(len(x_train), mini_batch_size)]
 
-            def update(group):
+            def update(group, rate):
                 s = group[0]
-                trainer.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], eta)
+                trainer.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], rate)
         else:
             starts = groups(len(x_train), mini_batch_size)
 
-            def update(group):
+            def update(group, rate):
                 count, mine = group
                 trainer.update_many([x_train[s:s + mini_batch_size] for s in mine],
-                                    [y_train[s:s + mini_batch_size] for s in mine], eta, count)
+                                    [y_train[s:s + mini_batch_size] for s in mine], rate, count)
         errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
         return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock,
-                          on_epoch=on_epoch, progress=progress)
+                          on_epoch=on_epoch, progress=progress, eta=eta, lr_schedule=lr_schedule)

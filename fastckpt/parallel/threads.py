@@ -210,14 +210,14 @@ class DataParallel:
                 set_blas_threads(threads)
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True, progress=None, on_epoch=None, first_epoch=0):
+            verbose=True, progress=None, on_epoch=None, first_epoch=0, lr_schedule=None):
         """The lab's loop, ``parallel_batches`` minibatches per update; returns (memusage, updatetime).
 
         Minibatches are taken in order, as the lab does, and samples that do not
         fill the last minibatch are skipped (with a warning).  The last update of
         an epoch averages the minibatches left when fewer than ``parallel_batches``
         remain.  ``parallel_batches`` defaults to ``threads``.  ``progress``, ``on_epoch`` and
-        ``first_epoch`` are :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>`'s.
+        ``first_epoch`` and ``lr_schedule`` are :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>`'s.
         """
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self.net, training_data, epochs, mini_batch_size, eta)
@@ -225,11 +225,11 @@ class DataParallel:
         starts = batch_starts(len(x_train), mini_batch_size, hint=False)
         groups = [starts[i:i + per_update] for i in range(0, len(starts), per_update)]
 
-        def update(group):
+        def update(group, rate):
             self.update_mini_batches([x_train[s:s + mini_batch_size] for s in group],
-                                     [y_train[s:s + mini_batch_size] for s in group], eta)
+                                     [y_train[s:s + mini_batch_size] for s in group], rate)
         return run_epochs(self.net, epochs, groups, update, test_data, verbose, progress=progress,
-                          on_epoch=on_epoch, first_epoch=first_epoch)
+                          on_epoch=on_epoch, first_epoch=first_epoch, eta=eta, lr_schedule=lr_schedule)
 
 
 class _Stopped(Exception):

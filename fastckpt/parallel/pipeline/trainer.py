@@ -244,8 +244,9 @@ class PipelineTrainer(RankTrainer):
         return self.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None,
-            progress=None):
+            progress=None, lr_schedule=None):
         """The lab's loop; every rank passes the same data (checked first); ``on_epoch(epoch, updates)`` after
-        each epoch on every rank.  Returns (memusage, updatetime) of this rank; rank 0 prints."""
+        each epoch on every rank; ``lr_schedule`` as in ``Network.SGD``.  Returns (memusage, updatetime) of this
+        rank; rank 0 prints."""
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, self.params.lock,
-                        on_epoch=on_epoch, progress=progress)
+                        on_epoch=on_epoch, progress=progress, lr_schedule=lr_schedule)

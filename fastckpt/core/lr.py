@@ -1,0 +1,120 @@
+"""Learning-rate schedules: the ``eta`` of each epoch, from the ``eta`` a training run is given.
+
+The epoch ``e`` counts from 0 over the whole run (a resumed run goes on counting), and
+the formulas are the closed forms of PyTorch's epoch-wise schedulers:
+
+* :class:`Constant` (``"constant"``, the default, the lab's): ``eta``.
+* :class:`StepDecay` (``"step(N)"``, ``"step(N, gamma)"``): ``eta * gamma ** floor(e / N)``,
+  ``torch.optim.lr_scheduler.StepLR(step_size=N, gamma=gamma)``, gamma 0.1 by default.
+* :class:`Cosine` (``"cosine"``, ``"cosine(T)"``, ``"cosine(T, eta_min)"``):
+  ``eta_min + (eta - eta_min) * (1 + cos(pi * e / T)) / 2``,
+  ``torch.optim.lr_scheduler.CosineAnnealingLR(T_max=T, eta_min=eta_min)``; ``T``
+  defaults to the run's last epoch + 1 (the epochs of the run, resumed ones included), and
+  past ``T`` the rate stays at ``eta_min``.
+"""
+import math
+import re
+
+from .checks import check_nonnegative, check_positive_int
+
+
+class LRSchedule:
+    """Base class: :meth:`rate` gives an epoch's learning rate."""
+
+    name = ""
+
+    def settings(self):
+        return ()
+
+    def rate(self, eta, epoch, epochs):
+        """The learning rate of epoch ``epoch`` (from 0) of a run of ``epochs`` in all, from ``eta``."""
+        return eta
+
+    def resolved(self, epochs):
+        """This schedule with every default that depends on the run's length fixed for ``epochs``."""
+        return self
+
+    def __str__(self):
+        args = ", ".join(repr(v) if isinstance(v, float) else str(v) for v in self.settings())
+        return f"{self.name}({args})" if args else self.name
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return isinstance(other, LRSchedule) and str(other) == str(self)
+
+    def __hash__(self):
+        return hash(str(self))
+
+
+class Constant(LRSchedule):
+    """``eta`` every epoch (the lab's)."""
+
+    name = "constant"
+
+
+class StepDecay(LRSchedule):
+    """``eta * gamma ** (epoch // step_size)``: PyTorch's ``StepLR``."""
+
+    name = "step"
+
+    def __init__(self, step_size, gamma=0.1):
+        self.step_size = check_positive_int(step_size, "step(step_size)")
+        self.gamma = check_nonnegative(gamma, "step(gamma)")
+
+    def settings(self):
+        return (self.step_size, self.gamma)
+
+    def rate(self, eta, epoch, epochs):
+        return eta * self.gamma ** (epoch // self.step_size)
+
+
+class Cosine(LRSchedule):
+    """``eta_min + (eta - eta_min) (1 + cos(pi epoch / T)) / 2``: PyTorch's ``CosineAnnealingLR``, ``eta_min``
+    from epoch ``T`` on; ``T`` None: the run's epochs."""
+
+    name = "cosine"
+
+    def __init__(self, epochs=None, eta_min=0.0):
+        self.epochs = None if epochs is None else check_positive_int(epochs, "cosine(epochs)")
+        self.eta_min = check_nonnegative(eta_min, "cosine(eta_min)")
+
+    def settings(self):
+        if self.epochs is None:
+            return ()
+        return (self.epochs, self.eta_min) if self.eta_min else (self.epochs,)
+
+    def resolved(self, epochs):
+        return self if self.epochs is not None else Cosine(max(1, epochs), self.eta_min)
+
+    def rate(self, eta, epoch, epochs):
+        period = self.epochs or max(1, epochs)
+        if epoch >= period:
+            return self.eta_min
+        return self.eta_min + (eta - self.eta_min) * (1.0 + math.cos(math.pi * epoch / period)) / 2.0
+
+
+SCHEDULES = {"constant": Constant, "step": StepDecay, "cosine": Cosine}
+_SPELLING = re.compile(r"^\s*([a-z]+)\s*(?:\(([^()]*)\))?\s*$")
+
+
+def parse_lr_schedule(spec):
+    """An :class:`LRSchedule` from itself, None (constant) or its spelling: ``"constant"``, ``"step(10)"``,
+    ``"step(10, 0.5)"``, ``"cosine"``, ``"cosine(20)"``, ``"cosine(20, 0.001)"``."""
+    if spec is None:
+        return Constant()
+    if isinstance(spec, LRSchedule):
+        return spec
+    match = _SPELLING.match(spec) if isinstance(spec, str) else None
+    cls = SCHEDULES.get(match.group(1)) if match else None
+    if cls is None:
+        raise ValueError(f"lr_schedule must be constant, step(N[, gamma]) or cosine[(T[, eta_min])], got {spec!r}")
+    args = [a.strip() for a in match.group(2).split(",")] if match.group(2) not in (None, "") else []
+    most = {Constant: 0, StepDecay: 2, Cosine: 2}[cls]
+    if len(args) > most or (cls is StepDecay and not args):
+        raise ValueError(f"lr_schedule must be constant, step(N[, gamma]) or cosine[(T[, eta_min])], got {spec!r}")
+    try:
+        values = [int(a) if k == 0 and cls is not Constant else float(a) for k, a in enumerate(args)]
+        return cls(*values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"lr_schedule {spec!r}: {exc}") from None

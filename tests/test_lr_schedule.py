@@ -1,0 +1,110 @@
+"""lr_schedule= and --lr-schedule: PyTorch's StepLR and CosineAnnealingLR per epoch, against their recursive
+forms, in a training run against a hand-written loop, and across a --resume."""
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastckpt
+from fastckpt import Network
+from fastckpt.core.lr import Constant, Cosine, StepDecay, parse_lr_schedule
+
+
+def _step_recursive(eta, step_size, gamma, epochs):
+    """StepLR as PyTorch steps it: the rate times gamma whenever the epoch is a multiple of step_size."""
+    out, rate = [], eta
+    for e in range(epochs):
+        if e > 0 and e % step_size == 0:
+            rate *= gamma
+        out.append(rate)
+    return out
+
+
+def _cosine_recursive(eta, period, eta_min, epochs):
+    """CosineAnnealingLR's recursive form (torch.optim.lr_scheduler.CosineAnnealingLR.get_lr) up to T."""
+    out, rate = [eta], eta
+    for e in range(1, epochs):
+        rate = eta_min + (rate - eta_min) * (1 + math.cos(math.pi * e / period)) / (
+            1 + math.cos(math.pi * (e - 1) / period))
+        out.append(rate)
+    return out
+
+
+@pytest.mark.parametrize("step_size, gamma", [(1, 0.5), (3, 0.1), (4, 0.9)])
+def test_step_decay_is_steplr(step_size, gamma):
+    sched = parse_lr_schedule(f"step({step_size}, {gamma})")
+    assert sched == StepDecay(step_size, gamma)
+    got = [sched.rate(0.3, e, 12) for e in range(12)]
+    np.testing.assert_allclose(got, _step_recursive(0.3, step_size, gamma, 12), rtol=1e-14)
+
+
+@pytest.mark.parametrize("period, eta_min", [(5, 0.0), (8, 0.01), (3, 0.001)])
+def test_cosine_is_cosine_annealing(period, eta_min):
+    sched = parse_lr_schedule(f"cosine({period}, {eta_min})")
+    got = [sched.rate(0.2, e, 99) for e in range(period)]
+    np.testing.assert_allclose(got, _cosine_recursive(0.2, period, eta_min, period), rtol=1e-12, atol=1e-15)
+    assert sched.rate(0.2, period, 99) == sched.rate(0.2, period + 7, 99) == eta_min   # then it stays there
+
+
+def test_cosine_without_a_period_takes_the_runs_epochs():
+    sched = parse_lr_schedule("cosine")
+    assert sched.rate(1.0, 0, 4) == 1.0 and sched.rate(1.0, 2, 4) == pytest.approx(0.5, abs=1e-15)
+    assert str(sched.resolved(4)) == "cosine(4)" and sched.resolved(4).rate(1.0, 2, 99) == sched.rate(1.0, 2, 4)
+    assert parse_lr_schedule(None) == Constant() == parse_lr_schedule("constant")
+    assert parse_lr_schedule(str(Cosine(6, 0.5))) == Cosine(6, 0.5)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("linear", "lr_schedule must be constant, step(N[, gamma]) or cosine[(T[, eta_min])], got 'linear'"),
+    ("step", "got 'step'"), ("step(1, 2, 3)", "got 'step(1, 2, 3)'"), ("constant(1)", "got 'constant(1)'"),
+    ("step(0)", "step(step_size) must be >= 1, got 0"), ("step(2, -1)", "step(gamma) must be finite and >= 0"),
+    ("cosine(x)", "lr_schedule 'cosine(x)'"), ("cosine(4, nan)", "cosine(eta_min) must be finite"), (3, "got 3"),
+])
+def test_bad_schedules_name_themselves(spec, message):
+    with pytest.raises(ValueError) as info:
+        parse_lr_schedule(spec)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["step(2, 0.5)", "cosine", "cosine(3, 0.01)"])
+def test_sgd_takes_each_epochs_rate(rng, spec):
+    x, y = rng.random((40, 12)), np.eye(3)[rng.integers(0, 3, 40)]
+    np.random.seed(5)
+    net = Network([12, 8, 3], optimizer="momentum")
+    net.SGD((x, y), 5, 10, 0.5, verbose=False, lr_schedule=spec)
+    np.random.seed(5)
+    ref = Network([12, 8, 3], optimizer="momentum")
+    sched = parse_lr_schedule(spec)
+    rates = [sched.rate(0.5, e, 5) for e in range(5)]
+    for rate in rates:
+        for s in range(0, 40, 10):
+            ref.update_mini_batch(x[s:s + 10], y[s:s + 10], rate)
+    assert net.history["eta"] == rates
+    for a, b in zip(net.weights + net.biases, ref.weights + ref.biases):
+        np.testing.assert_array_equal(a, b)
+
+
+def _train(*args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,20,10", "--json", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_resumed_run_keeps_its_schedule_and_may_change_it(tmp_path):
+    _train("--epochs", "4", "--lr-schedule", "cosine", "--save", "whole.npz", cwd=tmp_path)
+    _train("--epochs", "2", "--lr-schedule", "cosine(4)", "--save", "half.npz", cwd=tmp_path)
+    _train("--resume", "half.npz", "--epochs", "4", "--save", "half.npz", cwd=tmp_path)
+    whole, half = fastckpt.load(tmp_path / "whole.npz"), fastckpt.load(tmp_path / "half.npz")
+    assert whole.training_state["lr_schedule"] == half.training_state["lr_schedule"] == "cosine(4)"
+    for a, b in zip(whole.weights + whole.biases, half.weights + half.biases):
+        np.testing.assert_array_equal(a, b)
+    _train("--resume", "half.npz", "--epochs", "5", "--lr-schedule", "step(1, 0.5)", "--save", "half.npz",
+           cwd=tmp_path)
+    assert fastckpt.load(tmp_path / "half.npz").training_state["lr_schedule"] == "step(1, 0.5)"
+    bad = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--lr-schedule", "cosine(0)"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2 and "--lr-schedule" in bad.stderr and "cosine(epochs) must be >= 1, got 0" in bad.stderr
