@@ -157,11 +157,14 @@ def test_train_on_threads_from_the_command_line():
 
 
 def assert_same_saved_net(path_a, path_b, epochs=1):
-    """Two train --save files hold the same settings, epochs and, to 1e-10, the same parameters."""
+    """Two train --save files hold the same settings, epochs and, to 1e-10, the same parameters and optimizer
+    state."""
     a, b = fastckpt.load(path_a), fastckpt.load(path_b)
-    assert (a.sizes, a.dtype, a.loss, a.l2, str(a.strategy)) == (b.sizes, b.dtype, b.loss, b.l2, str(b.strategy))
+    assert (a.sizes, a.dtype, a.loss, a.l2, str(a.strategy), a.activation, a.optimizer) == \
+        (b.sizes, b.dtype, b.loss, b.l2, str(b.strategy), b.activation, b.optimizer)
     assert a.training_state["epochs_done"] == b.training_state["epochs_done"] == epochs
-    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+    assert a.optimizer_state.steps == b.optimizer_state.steps
+    for x, y in zip(a.weights + a.biases + a.optimizer_state.buffers, b.weights + b.biases + b.optimizer_state.buffers):
         np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
 
 

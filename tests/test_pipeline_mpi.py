@@ -83,14 +83,17 @@ def test_float32_pipelines_follow_one_process(tmp_path):
 def test_each_ranks_memray_peak_is_its_plan(tmp_path):
     sizes = [784] + [256] * 8 + [10]
     cases = [dict(sizes=sizes, batch=256, micro=4, schedule=schedule, strategy=strategy, transport=transport,
-                  memray=True, out=str(tmp_path / f"{schedule}-{strategy}-{transport}.json"))
-             for schedule, strategy, transport in [("gpipe", "plain", "native"), ("gpipe", "sqrt", "native"),
-                                                   ("1f1b", "plain", "native"), ("1f1b", "revolve(1)", "int8"),
-                                                   ("gpipe", "every_nth(2)", "float16")]]
+                  optimizer=optimizer, memray=True, out=str(tmp_path / f"{schedule}-{strategy}-{transport}-"
+                                                                      f"{optimizer}.json"))
+             for schedule, strategy, transport, optimizer in [
+                 ("gpipe", "plain", "native", "sgd"), ("gpipe", "sqrt", "native", "sgd"),
+                 ("1f1b", "plain", "native", "sgd"), ("1f1b", "revolve(1)", "int8", "sgd"),
+                 ("gpipe", "every_nth(2)", "float16", "sgd"), ("1f1b", "sqrt", "native", "adam")]]
     _job(2, cases, timeout=400)
     for case in cases:
         for rank, (peak, predicted) in enumerate(json.load(open(case["out"]))):
             total = predicted["total"]
+            assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
             assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
 
 
@@ -115,15 +118,18 @@ def test_checkpointing_inside_stages_lowers_their_peak(tmp_path):
 
 
 @needs_mpi
-def test_cli_pipeline_trains_like_one_process(tmp_path):
+@pytest.mark.parametrize("net", [[], ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.001",
+                                      "--sizes", "784,48,32,24,10"]], ids=["lab", "relu-he-adam"])
+def test_cli_pipeline_trains_like_one_process(tmp_path, net):
+    """Each stage its own layers' activation, initial draw and optimizer state, as one process has them."""
     outs = [tmp_path / "pipe.npz", tmp_path / "one.npz"]
     proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--micro-batches", "3", "--schedule",
-                           "1f1b", "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[0]), "--json"],
+                           "1f1b", "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[0]), "--json", *net],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["pipeline"] == 2 and result["updates"] == 400 and result["schedule"] == "1f1b"
-    one = subprocess.run([*TRAIN, "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[1]), "--json"],
+    one = subprocess.run([*TRAIN, "--strategy", "sqrt", "--epochs", "1", "--save", str(outs[1]), "--json", *net],
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
     assert_same_saved_net(*outs)

@@ -288,11 +288,13 @@ def test_a_dying_rank_ends_the_run_within_bounded_time(driver, tmp_path):
 
 
 @needs_mpi
-def test_cli_tensor_parallel_trains_like_one_process(tmp_path):
+@pytest.mark.parametrize("net", [[], ["--activation", "tanh", "--init", "xavier", "--optimizer", "momentum",
+                                      "--sizes", "784,48,32,24,10"]], ids=["lab", "tanh-xavier-momentum"])
+def test_cli_tensor_parallel_trains_like_one_process(tmp_path, net):
     outs = [tmp_path / "tp.npz", tmp_path / "one.npz"]
     # 10 updates: over hundreds, summation-order differences grow chaotically in one process too
     train = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1", "--batch-size", "400", "--loss",
-             "cross_entropy", "--l2", "0.001", "--json", "--save"]
+             "cross_entropy", "--l2", "0.001", "--json", *net, "--save"]
     proc = subprocess.run([MPIEXEC, "-n", "2", *train, str(outs[0]), "--tensor-parallel"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

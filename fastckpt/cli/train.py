@@ -92,8 +92,7 @@ def modes_of(args):
         raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
                          "mini-batches are summed first, so leave it out")
-    one_net = ("--activation", "--init", "--optimizer") if args.pipeline or args.tensor_parallel else ()
-    for flag in one_net + ("--shuffle", "--validation"):
+    for flag in ("--shuffle", "--validation"):
         given = getattr(args, flag[2:])
         if given not in (None, "lab", "sgd", "sigmoid") and (modes or args.threads > 1 or args.parallel_batches):
             raise ValueError(f"{flag} {given} trains one process's net; with "
@@ -156,23 +155,26 @@ def _model_parallel(args, run, guard, training, test, lead):
     np.random.seed(run.seed)
     pipe = {key: default if getattr(args, key) is None else getattr(args, key)
             for key, default in PIPELINE_DEFAULTS.items()}
+    net = {"activation": run.activation, "init": args.init, "optimizer": run.optimizer}
     if args.pipeline:
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
-                            partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size)
+                            partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size,
+                            **net)
     else:
-        trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2)
+        trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2, **net)
     save = Saver(args.save, args.force, guard, args.resume)
     bar = TrainBar(args, lead, 0)
 
     def saved(epoch, updates):
         """After each epoch, on every rank: the whole net gathered (a collective), saved by rank 0."""
         if args.save:
-            weights, biases = trainer.gather()
+            (weights, biases), state = trainer.gather(), trainer.gather_state()
             save(lambda path, exclusive: save_arrays(
                 path, run.sizes, run.dtype, weights, biases, loss=run.loss, l2=run.l2, strategy=run.strategy,
                 exclusive=exclusive, training=training_state(run, trainer.accuracies, epoch + 1, updates,
-                                                             len(training[0]), 1)))
+                                                             len(training[0]), 1),
+                activation=run.activation, optimizer=run.optimizer, optimizer_state=state))
     _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
                          verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
                          lr_schedule=run.lr_schedule)

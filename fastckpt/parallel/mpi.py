@@ -150,7 +150,15 @@ class Group:
 
 
 class RankTrainer:
-    """What every trainer over MPI shares: it holds communicators, which no pickle can carry."""
+    """What every trainer over MPI shares: it holds communicators, which no pickle can carry; a model-parallel
+    one gathers its parts of the net (``gather(buf)``) and of the optimizer's state."""
+
+    def gather_state(self):
+        """The optimizer's state of the whole net on every rank (a collective), as a saved file keeps it:
+        ``{"steps": t, "arrays": {name: (weights, biases)}}`` in the lab's shapes."""
+        state = self.optimizer_state
+        return {"steps": state.steps, "arrays": {name: self.gather(buf) for name, buf in
+                                                 zip(state.optimizer.state_names, state.buffers)}}
 
     def __reduce__(self):
         raise TypeError(f"a {type(self).__name__} holds MPI communicators and cannot be pickled or copied; "

@@ -4,16 +4,16 @@ Megatron-LM's split, in (column, row) pairs counted from the output: layer ``l``
 *row-split* when ``L - 1 - l`` is even, else *column-split*; units split as np.array_split does.
 
 * Column-split: rank ``r`` holds ``W[rows_r, :]`` and ``b[rows_r]``; its output slice
-  ``sigmoid(a W_r^T + b_r)`` is complete, the sigmoid being elementwise.
+  ``f(a W_r^T + b_r)`` is complete, the activation ``f`` being elementwise.
 * Row-split: rank ``r`` holds ``W[:, cols_r]``, the slice its input arrives in (the column-split
   layer's output, or ``x[:, cols_r]`` for layer 0), and the whole bias; the partial ``a_r W_r^T``
-  are summed by an ``Allreduce``, then every rank adds the bias and applies the sigmoid.
+  are summed by an ``Allreduce``, then every rank adds the bias and applies ``f``.
 
 So each pair needs one ``Allreduce`` forward, and as the last layer is row-split the output and
 loss (a softmax too) are complete and identical on every rank, with no gather.  Backward: a
 row-split layer has its whole delta and gives its input slice's delta locally; a column-split
-layer ``l > 0`` gives ``(dz_r W_r) * a (1 - a)`` of its whole input, summed by an ``Allreduce``:
-``sigma'`` is applied before the sum, in ``dense_backward`` as in one process, which moves the
+layer ``l > 0`` gives ``(dz_r W_r) * f'(a)`` of its whole input, summed by an ``Allreduce``:
+``f'`` is applied before the sum, in ``dense_backward`` as in one process, which moves the
 result by one rounding (and flushes subnormal parts, not a subnormal sum).
 
 Bytes this rank sends per update of ``B`` samples (:attr:`TensorParallelTrainer.bytes_per_update`):
@@ -41,6 +41,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import (
     as_batch,
     as_labels,
@@ -51,33 +52,35 @@ from fastckpt.core.checks import (
     check_positive_int,
     check_sizes,
 )
-from fastckpt.core.init import draw_lab
+from fastckpt.core.init import check_init, draw
 from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct
 from fastckpt.kernels import (
     NO_TRANS,
     TRANS,
-    bias_log_softmax,
-    bias_sigmoid,
+    bias_activation,
     cross_entropy_delta,
     dense_backward,
-    dense_forward,
+    dense_forward_layer,
     gemm,
     quadratic_delta,
     sgd_step,
 )
 
 from .mpi import Group, RankTrainer, lab_loop, random_state
+from .shards import Shard, split_layers
 
 MODE = "tensor parallel (--tensor-parallel)"
 
 
 class TensorParallelTrainer(RankTrainer):
-    """A sigmoid MLP whose layers are split across the ranks of ``comm``, trained by SGD.
+    """An MLP whose layers are split across the ranks of ``comm``, trained by its optimizer (the lab's SGD).
 
     Made on every rank after the same ``np.random.seed``, it starts from the weights
-    ``fastckpt.Network(sizes)`` draws after that seed; each rank keeps only its slices.
+    ``fastckpt.Network(sizes, init=init)`` draws after that seed; each rank keeps only its slices,
+    and the optimizer's state of those slices.
 
     Parameters
     ----------
@@ -91,13 +94,17 @@ class TensorParallelTrainer(RankTrainer):
         L2 penalty ``0.5 * l2 * ||W||^2``, one number or one per layer; biases carry none.
     comm : mpi4py communicator, optional
         ``MPI.COMM_WORLD`` by default.
+    activation, init, optimizer
+        As for :class:`~fastckpt.nets.network.Network`.
     """
 
-    def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None):
+    def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None, activation="sigmoid",
+                 init="lab", optimizer="sgd"):
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
-        self.group.agree(self._checked(sizes, dtype, loss, l2), "TensorParallelTrainer arguments")
+        self.group.agree(self._checked(sizes, dtype, loss, l2, activation, init, optimizer),
+                         "TensorParallelTrainer arguments")
         with self.group.errors():                             # NOTE [ Errors on every rank ]
             self.blas_threads = self.group.share_cores()
             self._init_params()
@@ -109,49 +116,33 @@ class TensorParallelTrainer(RankTrainer):
         self.last_loss = None
         self.accuracies = []
 
-    def _checked(self, sizes, dtype, loss, l2):
+    def _checked(self, sizes, dtype, loss, l2, activation, init, optimizer):
         """The arguments checked on this rank: the settings every rank must share, or the error."""
         try:
             self.sizes, self.dtype = list(check_sizes(sizes)), check_dtype(dtype)
             self.loss, self.l2 = check_loss(loss), check_l2(l2, len(self.sizes) - 1)
-            self._split()
+            self.activation = check_activation(activation, len(self.sizes) - 1)
+            self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
+            self.row_split, self._slices = split_layers(self.sizes, self.ranks, self.rank)
         except (ValueError, TypeError) as exc:
             return exc
+        self._acts = state_codes(self.activation, self.loss)
+        self._widths = [0] + [r1 - r0 for (r0, r1), _ in self._slices]      # this rank's width of a[1..L]
         return {"mode": MODE, "sizes": self.sizes, "dtype": self.dtype.name, "loss": loss, "l2": list(self.l2),
+                "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
                 "np.random state (seed every rank alike)": random_state()}
 
-    def _split(self):
-        """Which layers are row-split, and this rank's ``W[r0:r1, c0:c1]``, ``b[r0:r1]`` of each."""
-        sizes, ranks, n_layers = self.sizes, self.ranks, len(self.sizes) - 1
-        self.row_split = [(n_layers - 1 - layer) % 2 == 0 for layer in range(n_layers)]
-        self._slices = []                                     # ((r0, r1), (c0, c1)) per layer
-        for layer, row in enumerate(self.row_split):
-            k = layer if row else layer + 1                   # the width this layer splits
-            if sizes[k] < ranks:
-                raise ValueError(f"layer {layer} splits its {'inputs' if row else 'outputs'}, sizes[{k}] = "
-                                 f"{sizes[k]} units, over {ranks} ranks, but every rank needs at least one; "
-                                 f"use at most {sizes[k]} ranks or widen that layer")
-            q, extra = divmod(sizes[k], ranks)                # as np.array_split: the first `extra` get q + 1
-            lo = self.rank * q + min(self.rank, extra)
-            part = (lo, lo + q + (self.rank < extra))
-            self._slices.append(((0, sizes[k + 1]), part) if row else (part, (0, sizes[k - 1])))
-        self._widths = [0] + [r1 - r0 for (r0, r1), _ in self._slices]      # this rank's width of a[1..L]
-
     def _init_params(self):
-        """This rank's slices in one flat buffer, drawn as the lab draws the whole net, and gradients."""
-        shapes = [(r1 - r0, c1 - c0) for (r0, r1), (c0, c1) in self._slices]   # (local n_out, local n_in)
-        total = sum(n_out * (n_in + 1) for n_out, n_in in shapes)
-        self._flat, self._grad = np.zeros(total, dtype=self.dtype), np.zeros(total, dtype=self.dtype)
-        self._blocks = np.array([[0, total]], dtype=np.int64)
-        self._w, self._b, self._gw, self._gb, at = [], [], [], [], 0
-        for n_out, n_in in shapes:                                            # each weight, then its bias
-            for buf, ws, bs in ((self._flat, self._w, self._b), (self._grad, self._gw, self._gb)):
-                ws.append(buf[at:at + n_out * n_in].reshape(n_out, n_in))
-                bs.append(buf[at + n_out * n_in:at + n_out * (n_in + 1)])
-            at += n_out * (n_in + 1)
+        """This rank's slices (:class:`~fastckpt.parallel.shards.Shard`), drawn as ``Network(sizes, init=...)``
+        draws the whole net, their gradients and the optimizer's state beside them."""
+        self.shard = Shard(self._slices, self.dtype)
+        self._flat, self._grad = self.shard.flat, self.shard.new_buffer()
+        self._blocks = self.shard.blocks
+        (self._w, self._b), (self._gw, self._gb) = self.shard.views(self._flat), self.shard.views(self._grad)
         pieces = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(self._w, self._slices)],
                   "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(self._b, self._slices)]}
-        draw_lab(self.sizes, lambda kind, layer: pieces[kind][layer])
+        draw(self.init, self.sizes, lambda kind, layer: pieces[kind][layer])
+        self.optimizer_state = OptimizerState(self.optimizer, self.shard)
 
     def _buffers(self, batch):
         """Activations, the input slice and two delta buffers for ``batch`` rows, made once per batch size."""
@@ -182,7 +173,9 @@ class TensorParallelTrainer(RankTrainer):
                 errors.shared = FloatingPointError            # output and penalty are the same on every rank
                 raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
             self._backward(a0, batch)
-            if not sgd_step(self._flat, self._grad, eta, self._blocks):
+            if self.optimizer.slots:                          # the state of this rank's slices beside them
+                self.optimizer_state.apply(self.shard, self._grad, eta)
+            elif not sgd_step(self._flat, self._grad, eta, self._blocks):
                 raise FloatingPointError(f"the update would make rank {self.rank}'s parameters NaN or inf")
         self._batch_size, self.last_loss = batch, loss
         return loss
@@ -227,15 +220,12 @@ class TensorParallelTrainer(RankTrainer):
         for layer, (w, b) in enumerate(zip(self._w, self._b)):
             out = self._a[layer + 1][:batch]                  # (batch, local n_out)
             if not self.row_split[layer]:
-                dense_forward(a, w, b, out)
+                dense_forward_layer(a, w, b, self._acts[layer + 1], self._scratch, out)
             else:
                 n_out, n_in = w.shape
                 gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a, n_in, w, n_in, 0.0, out, n_out)
                 self.comm.Allreduce(self.MPI.IN_PLACE, out)   # partial pre-activations -> whole
-                if self.loss == "cross_entropy" and layer == n_layers - 1:
-                    bias_log_softmax(out, b, self._scratch)
-                else:
-                    bias_sigmoid(out, b)
+                bias_activation(out, b, self._acts[layer + 1], self._scratch)
             a = out
         dz = self._delta(n_layers - 1, batch)
         data = cross_entropy_delta(a, y, dz) if self.loss == "cross_entropy" else quadratic_delta(a, y, dz)
@@ -248,7 +238,7 @@ class TensorParallelTrainer(RankTrainer):
             a_in = a0 if layer == 0 else self._a[layer][:batch]
             dz_in = self._no_delta if layer == 0 else self._delta(layer - 1, batch)
             dense_backward(a_in, self._w[layer], self._delta(layer, batch), scale, self._scratch,
-                           self._gw[layer], self._gb[layer], dz_in, self.l2[layer])
+                           self._gw[layer], self._gb[layer], dz_in, self.l2[layer], self._acts[layer])
             if layer > 0 and not self.row_split[layer]:
                 self.comm.Allreduce(self.MPI.IN_PLACE, dz_in)  # sum_r (dz_r W_r) * a (1 - a): whole delta
 
@@ -260,12 +250,13 @@ class TensorParallelTrainer(RankTrainer):
         self.comm.Allreduce(self.MPI.IN_PLACE, self._penalty_sum)
         return float(self._penalty_sum[0])
 
-    def gather(self):
+    def gather(self, buf=None):
         """``(weights, biases)`` of the whole net on every rank, in the lab's shapes: weights[i]
-        (sizes[i+1], sizes[i]), biases[i] (sizes[i+1], 1).  A collective: every rank calls it."""
+        (sizes[i+1], sizes[i]), biases[i] (sizes[i+1], 1); of ``buf`` in the parameters' layout (an
+        optimizer state buffer) when given.  A collective: every rank calls it."""
+        ws, bs = self.shard.views(self._flat if buf is None else buf)
         pieces = [(layer, rows, cols, w, b if not row or self.rank == 0 else None)
-                  for layer, (w, b, (rows, cols), row) in enumerate(zip(self._w, self._b, self._slices,
-                                                                        self.row_split))]
+                  for layer, (w, b, (rows, cols), row) in enumerate(zip(ws, bs, self._slices, self.row_split))]
         with self.group.errors():
             return self.group.gather_net(self.sizes, pieces)
 
@@ -294,6 +285,7 @@ class TensorParallelTrainer(RankTrainer):
         if self.row_split[0]:
             elems += batch * self._w[0].shape[1]
         parts = {"parameters": self._flat.nbytes, "gradients": self._grad.nbytes,
+                 "optimizer_state": self.optimizer.slots * self._flat.nbytes,
                  "activations": elems * item + self._scratch.nbytes,
                  "comm buffers": max(self._messages(batch)) * item if self.ranks > 1 else 0}
         parts["total"] = sum(parts.values())

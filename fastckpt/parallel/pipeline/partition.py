@@ -45,17 +45,18 @@ def balance(costs, stages, fits=None):
     return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1):
+def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0):
     """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
 
-    ``rows``: the largest micro-batch; ``order``: the stage's schedule.  The stage runs
-    :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
+    ``rows``: the largest micro-batch; ``order``: the stage's schedule; ``slots``: the optimizer's
+    state buffers the size of the stage's parameters.  The stage runs :func:`stage_plan`, so with
+    ``fit(bytes)`` the total is within the bound.
     """
-    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads)
-    return _parts(sizes, lo, hi, rows, plan, order, transport, threads)
+    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots)
+    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots)
 
 
-def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1):
+def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0):
     """The plan a stage runs: its strategy's, except that ``fit(bytes)`` bounds what the stage holds in all
     (its gradient sum, message buffers and the checkpoints of every micro-batch in flight), not one
     micro-batch's step.  A stage then plans the largest activation ``budget`` whose whole stage fits, found
@@ -67,7 +68,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
 
     def planned(kind):
         plan = make_plan(sub, rows, dtype, kind, blas_threads=threads)
-        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads)["total"]
+        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots)["total"]
     best, total = planned("plain")
     if total <= strategy.nbytes:
         return best
@@ -91,7 +92,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     return best
 
 
-def _parts(sizes, lo, hi, rows, p, order, transport, threads):
+def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0):
     """The bytes by part of a stage that runs the plan ``p``."""
     dtype = p.dtype
     item = dtype.itemsize
@@ -105,6 +106,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads):
     parts = {
         "parameters": params,
         "gradients": params,                                  # their sum over the micro-batches
+        "optimizer_state": slots * params,                    # velocity, or m and v, of the stage's layers
         "workspace": p.arena_elems * item,                    # activations, and each micro-batch's gradients
         "deltas": workspace_delta_elems(sub, rows, not first) * item,
         "scratch": max(sub[1:]) * 8,

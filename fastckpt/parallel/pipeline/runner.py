@@ -18,7 +18,7 @@ class StageRunner:
         self.rows, self.order = plan.batch_size, order
         self.first, self.last = trainer.first, trainer.last
         self.stage = Stage(plan, first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
-                           l2=trainer.l2[trainer.lo:trainer.hi], slots=storage_slots(order))
+                           l2=trainer.l2[trainer.lo:trainer.hi], slots=storage_slots(order), acts=trainer.stage_acts)
         width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
         self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)
                                              for _ in range(in_flight(order))]

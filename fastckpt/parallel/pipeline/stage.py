@@ -48,13 +48,19 @@ class Stage:
         (layers,) float64 L2 coefficients of the stage's layers.
     slots : int
         Storage for the live sets of micro-batches in flight (NOTE [ Micro-batches in flight ]).
+    acts : sequence of int, optional
+        The activation codes of the stage's states ``a[0] .. a[L]`` (the whole net's
+        :func:`~fastckpt.core.activations.state_codes` from the stage's first layer);
+        default: sigmoid hidden states.
     """
 
-    def __init__(self, plan, *, first_stage, last_stage, softmax, l2, slots):
+    def __init__(self, plan, *, first_stage, last_stage, softmax, l2, slots, acts=None):
         self.plan = plan
         self.first_stage, self.last_stage = first_stage, last_stage
         self.softmax = bool(softmax and last_stage)
-        self.acts = state_codes(("sigmoid",) * (plan.n_layers - 1), "cross_entropy" if self.softmax else "quadratic")
+        if acts is None:                                  # every hidden state a sigmoid's
+            acts = state_codes(("sigmoid",) * (plan.n_layers - 1), "cross_entropy" if self.softmax else "quadratic")
+        self.acts = np.asarray(acts, dtype=np.int64)
         self.workspace = ws = Workspace(plan, input_delta=not first_stage, given_delta=not last_stage)
         self.forward_end = ws.forward_end
         self.back_runs = [(max(lo, self.forward_end), hi) for lo, hi in ws.runs if hi > self.forward_end]

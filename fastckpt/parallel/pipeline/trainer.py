@@ -7,7 +7,8 @@ sends its output on; later it receives the delta of that output from stage
 strategy says) and sends the delta of its input back.  Gradients are summed
 over the micro-batches and each stage applies one SGD step to its own layers:
 the same update as one process on the whole minibatch, up to the order of
-summation.  Beside this module: ``schedules``, ``stage`` (micro-batches in
+summation (the net's optimizer steps each stage's own layers, with that stage's
+share of the state).  Beside this module: ``schedules``, ``stage`` (micro-batches in
 flight), ``links`` (messages), ``partition`` and ``transport``.
 
 NOTE [ Pipeline errors ]
@@ -25,10 +26,12 @@ As for data parallelism (NOTE [ No rank waits forever ] in
 """
 import numpy as np
 
-from fastckpt.core.activations import state_codes
+from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
-from fastckpt.core.init import draw_lab, whole
+from fastckpt.core.init import check_init, draw, whole
+from fastckpt.core.layout import layer_views
 from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct, forward
@@ -56,8 +59,9 @@ class PipelineTrainer(RankTrainer):
     schedule : {"gpipe", "1f1b"}, optional
     strategy : str or Strategy, optional
         Checkpointing inside every stage (e.g. ``"sqrt"``, ``"revolve(2)"``); default ``"plain"``.
-    dtype, loss, l2
-        As for :class:`~fastckpt.nets.network.Network`.
+    dtype, loss, l2, activation, init, optimizer
+        As for :class:`~fastckpt.nets.network.Network`; each stage keeps the optimizer's state of
+        its own layers.
     comm : mpi4py communicator, optional
         ``MPI.COMM_WORLD`` by default; rank ``s`` is stage ``s``.
     partition : sequence of int, optional
@@ -74,19 +78,20 @@ class PipelineTrainer(RankTrainer):
         default: that of the first update.
 
     Every rank makes the trainer after the same ``np.random.seed``; the initial
-    weights are those of ``Network(sizes)`` from that seed, each rank keeping
+    weights are those of ``Network(sizes, init=init)`` from that seed, each rank keeping
     only its own layers.  See NOTE [ Pipeline errors ] for what happens when
     something goes wrong.
     """
 
     def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
                  loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
-                 batch_size=None):
+                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd"):
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
         self.group.agree(self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
-                                       batch_size, partition, memory_limit), "PipelineTrainer arguments")
+                                       batch_size, (activation, init, optimizer), partition, memory_limit),
+                         "PipelineTrainer arguments")
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
                                           lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size),
@@ -101,6 +106,8 @@ class PipelineTrainer(RankTrainer):
         self.stage_sizes = self.sizes[self.lo:self.hi + 1]
         self.first, self.last = self.rank == 0, self.rank == self.ranks - 1
         self.params = Parameters(self.stage_sizes, self.dtype)
+        self.stage_acts = state_codes(self.activation, self.loss)[self.lo:self.hi + 1]
+        self.optimizer_state = OptimizerState(self.optimizer, self.params)
         self._draw()
         self._acc = self.params.new_buffer()
         self._runner = None
@@ -109,7 +116,8 @@ class PipelineTrainer(RankTrainer):
         self.last_loss = None
         self.stats = {"updates": 0, "busy": 0.0, "wall": 0.0, "bytes_sent": 0, "copied_bytes": 0}
 
-    def _checked(self, sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport, batch_size, *limits):
+    def _checked(self, sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport, batch_size, net,
+                 *limits):
         """The arguments checked on this rank: the settings every rank must share (the first collective
         of every trainer compares them, with the mode), or the error."""
         try:
@@ -119,19 +127,23 @@ class PipelineTrainer(RankTrainer):
             self.loss, self.strategy = check_loss(loss), parse_strategy(strategy)
             self.dtype, self.l2 = check_dtype(dtype), check_l2(l2, len(self.sizes) - 1)
             self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
+            activation, init, optimizer = net
+            self.activation = check_activation(activation, len(self.sizes) - 1)
+            self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
         except (ValueError, TypeError) as exc:
             return exc
         return {"mode": MODE, "sizes": self.sizes, "micro_batches": self.micro_batches, "schedule": schedule,
+                "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
                 "transport": transport, "loss": loss, "strategy": self.strategy, "dtype": self.dtype.name,
                 "l2": list(self.l2), "batch_size": self.batch_size, "partition and memory_limit": repr(limits),
                 "np.random state (seed every rank alike)": random_state()}
 
     def _draw(self):
-        """The draws of ``Network(sizes)`` in its order (every bias, then every weight), keeping ours."""
+        """The draws of ``Network(sizes, init=...)`` in its order, keeping ours."""
         weights, biases = self.params.layers()
         blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
-        draw_lab(self.sizes, lambda kind, layer: whole(blocks[kind][layer - self.lo])
-                 if self.lo <= layer < self.hi else None)
+        draw(self.init, self.sizes, lambda kind, layer: whole(blocks[kind][layer - self.lo])
+             if self.lo <= layer < self.hi else None)
 
     def _rows(self, batch):
         return -(-batch // self.micro_batches)
@@ -150,10 +162,10 @@ class PipelineTrainer(RankTrainer):
     def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           self.transport, self.blas_threads)
+                           self.transport, self.blas_threads, self.optimizer.slots)
 
     def update_mini_batch(self, x, y, eta):
-        """One SGD step on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
+        """One step of the optimizer on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
 
         The minibatch is split into the micro-batches, which flow through the
         stages in the schedule's order; the gradients are summed over them and
@@ -173,7 +185,7 @@ class PipelineTrainer(RankTrainer):
                 raise FloatingPointError(f"the loss is {self.last_loss} or a gradient is NaN or inf; "
                                          "weights left unchanged on every stage")
             errors.shared = ()
-            self.params.update(self._acc, eta)
+            self.optimizer_state.apply(self.params, self._acc, eta)     # this stage's layers (SGD: the lab's)
             return self.last_loss
 
     def _minibatch(self, x, y, eta):
@@ -195,7 +207,7 @@ class PipelineTrainer(RankTrainer):
         if self._runner is None or self._runner.rows < rows:
             self._runner = None                                                # free the old buffers first
             plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
-                              self.transport, self.blas_threads)
+                              self.transport, self.blas_threads, self.optimizer.slots)
             self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats)
@@ -214,10 +226,11 @@ class PipelineTrainer(RankTrainer):
         parts = self.comm.allgather((self.stats["busy"], self.stats["wall"]))
         return float(np.mean([1.0 - busy / wall for busy, wall in parts if wall > 0]))
 
-    def gather(self):
-        """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective)."""
+    def gather(self, buf=None):
+        """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective); of ``buf``
+        in the stage's parameter layout (an optimizer state buffer) when given."""
         with self.params.lock:
-            weights, biases = self.params.layers()
+            weights, biases = layer_views(self.params.flat if buf is None else buf, self.stage_sizes)
             pieces = [(self.lo + i, (0, w.shape[0]), (0, w.shape[1]), w.copy(), b.copy())
                       for i, (w, b) in enumerate(zip(weights, biases))]
         return self.group.gather_net(self.sizes, pieces)
@@ -226,8 +239,7 @@ class PipelineTrainer(RankTrainer):
         """Fraction of samples whose arg-max output matches the label, on every rank (same data on each)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
         labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        acts = state_codes(("sigmoid",) * (len(self.stage_sizes) - 2),
-                           "cross_entropy" if self.loss == "cross_entropy" and self.last else "quadratic")
+        acts = self.stage_acts
 
         def predict(rows):
             a = rows
