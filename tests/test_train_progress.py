@@ -42,3 +42,35 @@ def test_a_terminal_gets_a_bar_per_epoch_and_a_log_gets_the_lab_s_lines(mode):
     assert logged.returncode == 0 and "\r" not in logged.stderr + logged.stdout
     lab = [line.split("Accuracy: ")[1] for line in logged.stdout.splitlines() if line.startswith("Epoch: ")]
     assert len(lab) == 2 and [f"{float(a):.4f}" for a in lab] == accuracies
+
+
+SCRIPT = ("import numpy as np, fastckpt; (x, y), test = fastckpt.load_mnist(); np.random.seed(1); "
+          "net = fastckpt.Network([784, 12, 10]); net.SGD((x[:1000], y[:1000]), 2, 50, 3.0, test_data=test{})")
+
+
+@pytest.mark.parametrize("given", ["", ", progress='auto'"])
+def test_sgd_draws_a_bar_on_a_terminal_and_wipes_it_before_the_lab_s_line(given):
+    out, shown = _on_a_terminal([sys.executable, "-c", SCRIPT.format(given)])
+    assert "[" + "#" * 30 + "] 100%" in shown and "epoch 2/2" in shown, shown
+    assert shown.endswith("\r"), shown[-200:]                 # wiped: the terminal's line is empty again
+    assert [line.split(",")[0] for line in out.splitlines()] == ["Epoch: 0", "Epoch: 1"]   # the lab's lines
+
+
+def test_sgd_draws_no_bar_into_a_pipe_unless_asked(capfd):
+    for given, bar in [("", False), (", progress=False", False), (", progress=True", True)]:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT.format(given)], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert ("] 100%" in proc.stderr) == bar, (given, proc.stderr)
+        assert [line.split(",")[0] for line in proc.stdout.splitlines()] == ["Epoch: 0", "Epoch: 1"]
+
+
+def test_a_progress_that_is_not_a_bar_or_a_callable_is_refused_before_training():
+    import numpy as np
+
+    import fastckpt
+    net = fastckpt.Network([4, 3, 2])
+    before = [w.copy() for w in net.weights]
+    with pytest.raises(ValueError, match=r"progress must be 'auto', True, False, None or a callable.*'yes'"):
+        net.SGD((np.zeros((4, 4)), np.zeros((4, 2))), 1, 2, 1.0, progress="yes")
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))

@@ -1,7 +1,7 @@
 """``train``'s progress: a bar on stderr when it is a terminal (rank 0 alone), else the lab's line per epoch."""
 import sys
 
-from fastckpt.report.compare import Progress
+from fastckpt.engine.progress import Progress
 
 
 class TrainBar:

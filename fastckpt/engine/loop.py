@@ -14,6 +14,8 @@ import psutil
 from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
 from fastckpt.core.lr import parse_lr_schedule
 
+from .progress import epoch_progress
+
 
 def check_training(net, training_data, epochs, mini_batch_size, eta):
     """The lab loop's arguments checked: (x, y, epochs, mini_batch_size, eta)."""
@@ -72,6 +74,7 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
     if test_data is not None:
         pair(test_data, "test_data")                     # refused before any training, not after an epoch
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
+    progress, bar = epoch_progress(progress, epochs, first_epoch)
     process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
     with net.params.lock if lock is None else lock:
@@ -95,6 +98,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
                 if progress is not None:
                     progress(j, i + 1, len(groups))
             line = _end_epoch(net, epoch, losses, test_data, validation)
+            if bar is not None:
+                bar.clear()
             if verbose:
                 print(line, flush=True)
             if on_epoch is not None:

@@ -216,7 +216,7 @@ class Network(Predicting):
         return output_activations - y
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
-            drop_last=True, verbose=True, progress=None, on_epoch=None, first_epoch=0, shuffle=False,
+            drop_last=True, verbose=True, progress="auto", on_epoch=None, first_epoch=0, shuffle=False,
             validation=None, lr_schedule=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
@@ -224,9 +224,12 @@ class Network(Predicting):
         ``updatetime`` its duration (s), as in the lab.  Like the lab,
         ``drop_last=True`` skips the samples after the last full mini-batch (with
         a warning saying how many); ``drop_last=False`` trains on them too.
-        The accuracies are kept in ``self.accuracies``.  ``progress``, if given,
-        is called as ``progress(epoch, updates_done, updates_per_epoch)`` after
-        every update, and ``on_epoch(epoch, updates_done)`` after every epoch
+        The accuracies are kept in ``self.accuracies``.  ``progress``: ``"auto"``
+        (default) draws a bar on stderr while each epoch trains when stderr is a
+        terminal, and wipes it before the epoch's line; ``True`` draws it whatever
+        stderr is (a notebook), ``False`` never; a callable is called as
+        ``progress(epoch, updates_done, updates_per_epoch)`` after every update.
+        ``on_epoch(epoch, updates_done)`` is called after every epoch
         (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
         epochs from there, for a run that goes on from a saved one.
 

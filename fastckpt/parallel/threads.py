@@ -210,7 +210,7 @@ class DataParallel:
                 set_blas_threads(threads)
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True, progress=None, on_epoch=None, first_epoch=0, lr_schedule=None):
+            verbose=True, progress="auto", on_epoch=None, first_epoch=0, lr_schedule=None):
         """The lab's loop, ``parallel_batches`` minibatches per update; returns (memusage, updatetime).
 
         Minibatches are taken in order, as the lab does, and samples that do not

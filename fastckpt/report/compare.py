@@ -11,40 +11,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import psutil
 
 from fastckpt.data import load_mnist
+from fastckpt.engine.progress import Progress
 from fastckpt.nets import Network, NetworkWithCheckpointing
 
 from .measure import memray_peak
 
 MEMRAY_STEPS = 5  # training steps in the memray-measured build-and-train
-
-
-class Progress:
-    """A bar redrawn in place on a terminal, one line per epoch otherwise (no carriage returns in logs)."""
-
-    def __init__(self, name, epochs, stream=None):
-        self.name, self.epochs = name, epochs
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.t0 = time.perf_counter()
-
-    def update(self, epoch, done, total):
-        if self.tty and (done == total or done % max(1, total // 50) == 0):
-            filled = int(30 * done / total)
-            self.stream.write(f"\r{self.name:<16} epoch {epoch + 1}/{self.epochs} "
-                              f"[{'#' * filled}{'.' * (30 - filled)}] {100 * done // total:3d}%")
-            self.stream.flush()
-
-    def epoch_done(self, epoch, accuracy):
-        line = (f"{self.name:<16} epoch {epoch + 1}/{self.epochs} test accuracy {accuracy:.4f} "
-                f"({time.perf_counter() - self.t0:.1f} s)")
-        self.stream.write(("\r" + line + " " * 10 + "\n") if self.tty else line + "\n")
-        self.stream.flush()
 
 
 def run_compare(sizes, strategies, data_path, *, epochs, batch_size, eta, dtype, seed, quiet=False,
