@@ -35,14 +35,15 @@ def _momentum(p, g, b, eta, mu, nesterov):
 def _momentum_range(p, g, buf, lo, g_lo, n, eta, mu, nesterov, write):
     """``n`` elements of the momentum step from ``p[lo]``, ``buf[lo]`` and ``g[g_lo]``: written when
     ``write``, else only checked; returns 1 when a result would be NaN or inf."""
+    pp, gg, bb = p[lo:lo + n], g[g_lo:g_lo + n], buf[lo:lo + n]    # indexed from 0: the loops vectorise
+    if write:
+        for i in range(n):
+            pp[i], bb[i] = _momentum(pp[i], gg[i], bb[i], eta, mu, nesterov)
+        return 0
     bad = 0
     for i in range(n):
-        new_p, new_b = _momentum(p[lo + i], g[g_lo + i], buf[lo + i], eta, mu, nesterov)
-        if write:
-            p[lo + i] = new_p
-            buf[lo + i] = new_b
-        else:
-            bad |= _bad(new_p, p) | _bad(new_b, buf)
+        new_p, new_b = _momentum(pp[i], gg[i], bb[i], eta, mu, nesterov)
+        bad |= _bad(new_p, p) | _bad(new_b, buf)
     return bad
 
 
@@ -82,16 +83,17 @@ def _adam_range(p, g, m, v, lo, g_lo, n, eta, beta1, beta2, eps, weight_decay, d
     ``write``, else only checked; returns 1 when a result would be NaN or inf."""
     coupled = 0.0 if decoupled else weight_decay
     decay = weight_decay if decoupled else 0.0
+    pp, gg, mm, vv = p[lo:lo + n], g[g_lo:g_lo + n], m[lo:lo + n], v[lo:lo + n]   # indexed from 0: vectorises
+    if write:
+        for i in range(n):
+            pp[i], mm[i], vv[i] = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
+                                        correction1, correction2)
+        return 0
     bad = 0
     for i in range(n):
-        new_p, new_m, new_v = _adam(p[lo + i], g[g_lo + i], m[lo + i], v[lo + i], eta, beta1, beta2, eps,
-                                    coupled, decay, correction1, correction2)
-        if write:
-            p[lo + i] = new_p
-            m[lo + i] = new_m
-            v[lo + i] = new_v
-        else:
-            bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v)
+        new_p, new_m, new_v = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
+                                    correction1, correction2)
+        bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v)
     return bad
 
 
