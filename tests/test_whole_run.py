@@ -103,3 +103,38 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
         assert row["batch"] == batch, row
     assert cli.main(["plan", "--max-batch"]) == 2
     assert "--max-batch finds the largest batch that fits --max-memory BYTES" in capsys.readouterr().err
+
+
+def _fashion_arrays(rng):
+    x = Images(rng.integers(0, 256, (60_000, 784), dtype=np.uint8))
+    y = rng.integers(0, 10, 60_000).astype(np.uint8)
+    return (x, y), (Images(rng.integers(0, 256, (10_000, 784), dtype=np.uint8)), rng.integers(0, 10, 10_000))
+
+
+def test_sgd_max_memory_refuses_a_run_over_it_and_its_fit_keeps_memray_within_it():
+    rng = np.random.default_rng(2)
+    sizes, batch, bound = [784] + [256] * 8 + [10], 1024, 90 * MiB      # plain's run needs 94.4 MiB
+    training, test = _fashion_arrays(rng)
+    net = fastckpt.Network(sizes)
+    before = [w.copy() for w in net.weights]
+    predicted = run_bytes(net.plan(batch), training, test, updates=60_000 // batch)["total"]
+    assert predicted > bound
+    with pytest.raises(ValueError, match=r"max_memory 90MiB: this run needs 94\.\d\d MiB with strategy plain .*"
+                                         r"strategy='fit\((\d+)\)' plans a step") as caught:
+        net.SGD(training, 1, batch, 0.01, test_data=test, verbose=False, max_memory="90MiB")
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))                  # nothing trained
+    hint = caught.value.args[0].split("strategy='")[1].split("'")[0]
+    with pytest.raises(ValueError, match="max_memory 1MiB: the whole run needs more than"):
+        net.SGD(training, 1, batch, 0.01, test_data=test, verbose=False, max_memory=MiB)
+    warm = fastckpt.NetworkWithCheckpointing(sizes, strategy=hint)
+    warm.SGD((training[0][:2048], training[1][:2048]), 1, batch, 0.01, test_data=(test[0][:2048], test[1][:2048]),
+             verbose=False)
+    held = {}
+
+    def run():
+        (x, y), t = _fashion_arrays(np.random.default_rng(3))
+        fitted = fastckpt.NetworkWithCheckpointing(sizes, strategy=hint)
+        fitted.SGD((x, y), 1, batch, 0.01, test_data=t, verbose=False, max_memory=bound)
+        held["net"] = fitted
+    peak = memray_peak(run)
+    assert peak <= bound and held["net"].plan(batch).recompute_factor > 1, (peak, hint)

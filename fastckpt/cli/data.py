@@ -16,9 +16,10 @@ def load_data(path, sizes):
     return (x_train, y_train), (x_test, y_test)
 
 
-def check_trainable(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False):
+def check_trainable(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False, optimizer="sgd"):
     """The plan of a training step, refused (naming --sizes) when this process could not hold it."""
-    plan = make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+    plan = make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
+                     optimizer=optimizer)
     check_fits(plan.bytes()["total"], f"a training step of {','.join(map(str, sizes))} at batch {batch_size} "
                f"({strategy})", f"--sizes {','.join(map(str, sizes))} with --batch-size {batch_size}")
     return plan

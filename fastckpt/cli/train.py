@@ -111,7 +111,7 @@ def train(args):
     run = settle(args, saved)
     if not args.pipeline:                  # a pipeline stage plans (and bounds) its own part of the net
         check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
-                        optimizer_in_backward=run.sgd_in_backward)
+                        optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer)
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if guard is not None:
         guard.agree({"--save": "given" if args.save else "not given"})

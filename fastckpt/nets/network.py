@@ -14,6 +14,7 @@ from fastckpt.data.images import Images
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, epoch_order, run_epochs, split_validation
 from fastckpt.planner import plan as make_plan
+from fastckpt.planner.run import bound_the_run
 from fastckpt.planner.strategies import Plain
 
 from .predicting import Predicting
@@ -217,7 +218,7 @@ class Network(Predicting):
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
             drop_last=True, verbose=True, progress="auto", on_epoch=None, first_epoch=0, shuffle=False,
-            validation=None, lr_schedule=None):
+            validation=None, lr_schedule=None, max_memory=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and
@@ -244,14 +245,18 @@ class Network(Predicting):
         (``"loss"``, the mean of the mini-batches' losses before their updates),
         the test accuracy (``"accuracy"``), the validation accuracy (``"val_accuracy"``)
         and the learning rate (``"eta"``).
-        ``lr_schedule``: ``"constant"`` (default, ``eta`` every epoch), ``"step(N[, gamma])"``
-        or ``"cosine[(T[, eta_min])]"``, PyTorch's ``StepLR`` and ``CosineAnnealingLR`` per
-        epoch, counted from ``first_epoch`` on (:mod:`fastckpt.core.lr`).
+        ``lr_schedule``: ``"constant"`` (default), ``"step(N[, gamma])"`` or ``"cosine[(T[, eta_min])]"``,
+        PyTorch's ``StepLR``/``CosineAnnealingLR`` per epoch from ``first_epoch`` (:mod:`fastckpt.core.lr`).
+        ``max_memory`` (bytes or ``"256MiB"``) refuses, before training, a run whose predicted whole-run peak
+        (:func:`fastckpt.planner.run.run_bytes`) is above it, naming the parts and a ``fit`` that keeps to it.
         """
         training_data, val_data = split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
         starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+        if max_memory is not None:
+            bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data or val_data,
+                          updates=epochs * len(starts), bound=max_memory)
         order = epoch_order(shuffle, len(x_train))
         if shuffle is not False:                               # rows are taken by index: arrays, not lists
             x_train, y_train = (a if isinstance(a, Images) else np.asarray(a) for a in (x_train, y_train))

@@ -17,6 +17,7 @@ from fastckpt.kernels import blas_threads as current_blas_threads
 
 from .costs import BLAS_JOB_BYTES, gemm_mallocs
 
+MiB = 2**20
 EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): GEMMs this tall run at full speed
 
 
@@ -121,3 +122,52 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
             low, high = (mid, high) if fits(mid) else (low, mid)
         high = low
     return (high, *run(high))
+
+
+def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
+                optimizer_in_backward=False, optimizer="sgd", name="max_memory"):
+    """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
+    staging rows, result lists and the larger of an evaluation and a save): a step planned with it keeps
+    the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run cannot fit."""
+    from .plan import plan as make_plan
+    from .strategies import Fit, InfeasiblePlan, format_bytes
+
+    def planned(strategy):
+        return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
+                         optimizer=optimizer)
+    rest = run_bytes(planned("plain"), training, test, updates=updates, save=save)
+    others = rest["data"] + rest["staging"] + rest["records"]
+    after = max(rest.get("evaluation", 0), rest.get("saving", 0))
+    budget = bound - others - max(0, after - rest["step: blas"])
+    parts = ", ".join(f"{part} {value / MiB:.2f} MiB" for part, value in rest.items()
+                      if part in ("data", "staging", "records", "evaluation", "saving"))
+    least = None
+    if budget > 0:
+        try:
+            planned(Fit(budget))
+            return Fit(budget)
+        except InfeasiblePlan as exc:
+            least = exc.minimum_bytes
+    need = others + max(0, after - rest["step: blas"]) + (least or 0)
+    if least is None:
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {need / MiB:.2f} MiB "
+                         f"before its training step: {parts}")
+    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {need / MiB:.2f} MiB: "
+                     f"{parts}, and the least training step {least / MiB:.2f} MiB")
+
+
+def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory"):
+    """The whole run's parts (:func:`run_bytes`) when its predicted peak is within ``bound`` (bytes, or a
+    string such as ``"256MiB"``); else a ValueError naming ``name``, the parts, and the ``fit`` strategy
+    whose step would keep the run within the bound (when one would)."""
+    from .strategies import format_bytes, parse_bytes
+    bound = parse_bytes(bound, name)
+    parts = run_bytes(plan, training, test, updates=updates)
+    if parts["total"] <= bound:
+        return parts
+    fit = fit_the_run(plan.sizes, plan.batch_size, plan.dtype, bound, training, test, updates=updates,
+                      optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name)
+    shown = ", ".join(f"{part} {parts[part] / MiB:.2f} MiB" for part in ("data", "step: total", "staging", "records",
+                                                                         "evaluation") if part in parts)
+    raise ValueError(f"{name} {format_bytes(bound)}: this run needs {parts['total'] / MiB:.2f} MiB with strategy "
+                     f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")
