@@ -59,3 +59,30 @@ def test_plan_train_and_compare_say_it_in_one_line(tmp_path):
     trained = subprocess.run([*run, "train", "--strategy", "sqrt", "--epochs", "1"], capture_output=True, text=True,
                              timeout=120, cwd=tmp_path)
     assert trained.stderr.startswith("fastckpt train: note: sqrt saves no memory over plain"), trained.stderr
+
+
+@pytest.mark.parametrize("strategy", ["plain", "every_nth(2)", "sqrt", "revolve(2)"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_largest_step_batch_is_the_one_a_scan_finds(strategy, fused):
+    from fastckpt.planner import plan
+    from fastckpt.planner.curves import largest_step_batch
+    sizes, bound = [30, 24, 24, 24, 24, 24, 6], 160 * 1024
+    fits = [b for b in range(1, 1500)
+            if plan(sizes, b, np.float64, strategy, optimizer_in_backward=fused).bytes()["total"] <= bound]
+    batch, p = largest_step_batch(sizes, bound, np.float64, strategy, optimizer_in_backward=fused)
+    assert fits == list(range(1, batch + 1)) and p.batch_size == batch and p.bytes()["total"] <= bound
+    assert largest_step_batch(sizes, 1024, np.float64, strategy, optimizer_in_backward=fused) is None
+
+
+def test_analyze_max_memory_gives_the_largest_batch_per_depth_and_strategy(capsys):
+    import json
+
+    from fastckpt.cli import app as cli
+    from fastckpt.planner.curves import largest_step_batch
+    assert cli.main(["analyze", "--depths", "2,8", "--measure", "1", "--strategies", "plain,sqrt",
+                     "--max-memory", "64MiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    for row in rows:
+        for name in ("plain", "sqrt"):
+            assert row["largest_batch"][name] == largest_step_batch(row["sizes"], 64 * 2**20, np.float64, name)[0]
+    assert rows[1]["largest_batch"]["sqrt"] > rows[1]["largest_batch"]["plain"]      # checkpointing pays here

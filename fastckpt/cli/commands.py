@@ -152,7 +152,7 @@ def analyze(args):
     names = [str(s) for s in args.strategies]
     rows = depth_table(args.depths, width=args.width, n_in=args.n_in, n_out=args.n_out,
                               batch_size=args.batch_size, dtype=args.dtype, strategies=args.strategies,
-                              optimizer_in_backward=args.sgd_in_backward)
+                              optimizer_in_backward=args.sgd_in_backward, max_memory=args.max_memory)
     for row in rows:
         row["measured"] = {}
         if row["hidden_layers"] in args.measure:
@@ -190,6 +190,11 @@ def _print_analysis(args, rows, names, curve, skipped):
             cells.append(f"{text:>22}")
         print(f"{r['hidden_layers']:>4} " + " ".join(cells))
     print("plain activations grow linearly with H; the formulas are in fastckpt.planner.curves")
+    if args.max_memory is not None:
+        print(f"\nthe largest batch whose training step fits {format_bytes(args.max_memory)}, by depth H")
+        print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names))
+        for r in rows:
+            print(f"{r['hidden_layers']:>4} " + " ".join(f"{r['largest_batch'].get(n) or '-':>22}" for n in names))
     refused = {reason: None for r in rows for reason in r["refused"].values()}
     for reason in refused:
         print(f"- : {reason}")

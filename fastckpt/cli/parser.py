@@ -25,7 +25,7 @@ def parser():
 def settled(args):
     """A copy of the parsed ``args`` with ``--max-memory B`` read as ``--strategy fit(B)`` and the
     command's default strategy filled in (``train``'s waits for its --resume file)."""
-    if not hasattr(args, "max_memory"):
+    if not hasattr(args, "max_memory") or not hasattr(args, "strategy"):      # analyze: a bound per depth
         return args
     strategy = args.strategy
     if args.max_memory is not None:
@@ -125,6 +125,8 @@ def _analyze(p):
     p.add_argument("--strategies", type=o.strategies, default="plain,every_nth(2),sqrt,revolve(4)",
                    help="comma-separated strategies to plan")
     _sgd_in_backward(p)
+    p.add_argument("--max-memory", type=o.nbytes, default=None, metavar="BYTES",
+                   help="also the largest batch whose training step fits BYTES, per depth and strategy")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write memory_vs_depth.png and budget_tradeoff.png in DIR (default: print only)")
     _json(p)

@@ -27,13 +27,16 @@ from .search import multi_front, once_front
 
 
 def depth_table(depths, *, width=256, n_in=784, n_out=10, batch_size=100, dtype=np.float64,
-                strategies=("plain", "every_nth(2)", "sqrt", "revolve(4)"), optimizer_in_backward=False):
+                strategies=("plain", "every_nth(2)", "sqrt", "revolve(4)"), optimizer_in_backward=False,
+                max_memory=None):
     """Predicted bytes of a training step for nets ``[n_in] + [width] * depth + [n_out]``.
 
     Returns one dict per depth: ``hidden_layers``, ``sizes`` and, per strategy,
     its :meth:`Plan.bytes` plus ``extra_flop_fraction`` (``None`` where the
     strategy does not apply, e.g. ``segments(8)`` on fewer than 8 layers, or
-    its search would take too long: ``refused`` says why, per strategy).
+    its search would take too long: ``refused`` says why, per strategy).  With
+    ``max_memory`` (bytes), ``largest_batch`` gives per strategy the largest batch
+    whose step fits it (:func:`largest_step_batch`; None when batch 1 does not).
     """
     rows = []
     for depth in depths:
@@ -47,8 +50,35 @@ def depth_table(depths, *, width=256, n_in=784, n_out=10, batch_size=100, dtype=
                 row["refused"][str(strategy)] = str(exc)
                 continue
             row[str(strategy)] = dict(p.bytes(), extra_flop_fraction=p.extra_flop_fraction)
+        if max_memory is not None:
+            found = {str(s): largest_step_batch(sizes, max_memory, dtype, s,
+                                                optimizer_in_backward=optimizer_in_backward)
+                     for s in strategies if row[str(s)] is not None}
+            row["largest_batch"] = {name: got[0] if got else None for name, got in found.items()}
         rows.append(row)
     return rows
+
+
+def largest_step_batch(sizes, bound, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
+                       limit=2**20):
+    """``(batch, plan)``: the largest batch (at most ``limit``) whose training step with ``strategy`` plans
+    within ``bound`` bytes, or None when batch 1 does not.  A step's bytes grow with its batch, so a
+    bisection finds it (tests/test_pays.py checks it against a scan)."""
+    def fitting(b):
+        try:
+            p = plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+        except ValueError:                              # refused (too costly a search, too large a step)
+            return None
+        return p if p.bytes()["total"] <= bound else None
+    if fitting(1) is None:
+        return None
+    low, high = 1, limit
+    if fitting(high) is None:
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fitting(mid) is not None else (low, mid)
+        high = low
+    return high, fitting(high)
 
 
 def tradeoff(sizes, batch_size, dtype=np.float64, recompute="multi"):
