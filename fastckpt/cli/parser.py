@@ -126,7 +126,8 @@ def _analyze(p):
                    help="comma-separated strategies to plan")
     _sgd_in_backward(p)
     p.add_argument("--max-memory", type=o.nbytes, default=None, metavar="BYTES",
-                   help="also the largest batch whose training step fits BYTES, per depth and strategy")
+                   help="also the largest batch whose training step fits BYTES, per depth and strategy (default: "
+                        "none)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write memory_vs_depth.png and budget_tradeoff.png in DIR (default: print only)")
     _json(p)
