@@ -11,6 +11,21 @@ declared 64-bit: on x86-64 and aarch64 an LP64 (32-bit int) BLAS reads the low
 half of the same register or 8-byte stack slot, so one declaration serves both
 ILP64 and LP64 builds.
 
+NOTE [ BLAS backends ]
+``FASTCKPT_BLAS`` picks the library behind that one entry, once per process, before any kernel
+runs: ``openblas`` (the default: numpy's own, always there) or ``mkl`` (Intel's, from its PyPI
+wheel: ``pip install "fastckpt[mkl]"``, about 1 GiB unpacked; its ILP64 ``cblas_?gemm_64`` in
+``libmkl_rt``).  ``auto`` takes MKL when it is installed and the CPU is Intel's, else OpenBLAS:
+on an Intel Xeon (AVX-512) MKL's ``(2048x256) @ (256x256)`` float64 GEMM ran 1.43x faster than
+OpenBLAS's; on an AMD EPYC Zen 5 (AVX-512) MKL was 1.6-3.5x slower than OpenBLAS's AVX-512
+kernels on every shape of ``benchmarks/blas_backends.py`` (MKL takes generic paths on AMD CPUs).
+Whichever it is, it is
+the only BLAS the kernels call, so NOTE [ One BLAS ] holds; numpy's own OpenBLAS pool stays idle
+unless other code multiplies matrices with numpy.  The two libraries round differently, so the
+numbers of one backend are bit-identical across strategies and runs, not across backends.
+MKL's OpenMP threads sleep as soon as a GEMM ends (``KMP_BLOCKTIME=0`` unless set), so they do
+not spin on cores that the next elementwise kernel or another program needs.
+
 NOTE [ No JIT ]
 With ``NUMBA_DISABLE_JIT=1`` the kernels run as plain Python, and an
 ``ExternalFunction`` called from Python does nothing at all.  So in that
@@ -52,6 +67,46 @@ def _candidate_libraries():
     return paths
 
 
+def _backend():
+    """The BLAS the kernels call: ``FASTCKPT_BLAS`` (NOTE [ BLAS backends ]), checked."""
+    name = os.environ.get("FASTCKPT_BLAS", "").strip().lower() or "openblas"
+    if name not in ("openblas", "mkl", "auto"):
+        raise ImportError(f"FASTCKPT_BLAS={os.environ['FASTCKPT_BLAS']!r}: give openblas, mkl or auto")
+    if name == "openblas":
+        return name, None
+    found = _mkl_library()
+    if name == "auto" and not _intel_cpu():
+        return "openblas", None
+    if found is None and name == "mkl":
+        raise ImportError("FASTCKPT_BLAS='mkl' but no libmkl_rt was found in this environment's lib folder; "
+                          'pip install "fastckpt[mkl]" (Intel\'s mkl wheel), or give FASTCKPT_BLAS=openblas')
+    return ("mkl", found) if found else ("openblas", None)
+
+
+def _intel_cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return False
+
+
+def _mkl_library():
+    """The path of MKL's runtime library (``libmkl_rt``) in this environment, or None."""
+    import sys
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        for path in sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")), reverse=True):
+            return path
+    return None
+
+
+def _load_mkl(path):
+    os.environ.setdefault("KMP_BLOCKTIME", "0")        # NOTE [ BLAS backends ]: no spinning between GEMMs
+    lib = ctypes.CDLL(path)
+    return path, "cblas_dgemm_64", [lib.cblas_dgemm_64, lib.cblas_sgemm_64, lib.MKL_Set_Num_Threads,
+                                    lib.MKL_Get_Max_Threads, None]
+
+
 def _load():
     for path in _candidate_libraries():
         try:
@@ -68,7 +123,9 @@ def _load():
     )
 
 
-LIBRARY, SYMBOL, (_dgemm, _sgemm, _set_threads, _get_threads, _get_core) = _load()
+BACKEND, _MKL = _backend()
+LIBRARY, SYMBOL, (_dgemm, _sgemm, _set_threads, _get_threads, _get_core) = \
+    _load_mkl(_MKL) if BACKEND == "mkl" else _load()
 for _name, _func in (("fastckpt_cblas_dgemm", _dgemm), ("fastckpt_cblas_sgemm", _sgemm)):
     llvm.add_symbol(_name, ctypes.cast(_func, ctypes.c_void_p).value)
 
@@ -98,10 +155,11 @@ if config.DISABLE_JIT:                                 # NOTE [ No JIT ]
     cblas_dgemm = _python_gemm(_dgemm, ctypes.c_double)
     cblas_sgemm = _python_gemm(_sgemm, ctypes.c_float)
 
+_THREADS_INT = ctypes.c_int32 if BACKEND == "mkl" else ctypes.c_int64       # MKL_Set_Num_Threads(int)
 if _set_threads is not None:
-    _set_threads.argtypes, _set_threads.restype = [ctypes.c_int64], None
+    _set_threads.argtypes, _set_threads.restype = [_THREADS_INT], None
 if _get_threads is not None:
-    _get_threads.argtypes, _get_threads.restype = [], ctypes.c_int64
+    _get_threads.argtypes, _get_threads.restype = [], _THREADS_INT
 if _get_core is not None:
     _get_core.argtypes, _get_core.restype = [], ctypes.c_char_p
 
@@ -133,7 +191,9 @@ def run_blas_threads(n):
 
 def blas_core():
     """The kernels OpenBLAS chose for this CPU (``"Haswell"``, ``"SkylakeX"``, ...; ``OPENBLAS_CORETYPE``
-    overrides it), or ``"unknown"`` when the library cannot say."""
+    overrides it), ``"mkl"`` when the kernels call MKL, or ``"unknown"`` when the library cannot say."""
+    if BACKEND == "mkl":
+        return "mkl"
     name = _get_core() if _get_core is not None else None
     return name.decode(errors="replace").strip() if name else "unknown"
 
@@ -141,6 +201,6 @@ def blas_core():
 def set_blas_threads(n):
     """Set the number of threads numpy's BLAS may use, and runs now."""
     if _set_threads is None:
-        raise RuntimeError(f"{LIBRARY} has no openblas_set_num_threads")
+        raise RuntimeError(f"{LIBRARY} has no way to set its threads")
     _CEILING[:] = [int(n)]
     _set_threads(int(n))

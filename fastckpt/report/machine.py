@@ -8,6 +8,8 @@ says which of these it measured.
 import os
 import platform
 
+from fastckpt.kernels import blas_core
+
 
 def _cpuinfo():
     fields = {}
@@ -53,6 +55,7 @@ def cpu_facts():
         "kernel_cpu": name,
         "kernel_avx512": target_avx512,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "auto"),
+        "blas": blas_core(),
     }
 
 
@@ -63,4 +66,6 @@ def cpu_summary():
     emulated = f["host_avx512"] and not f["kernel_avx512"]
     kind = "emulated AVX2 (no AVX-512 in the kernels)" if emulated else ("AVX-512" if f["kernel_avx512"] else "AVX2")
     return (f"CPU: {f['model']} (family {f['family']}, model {f['model_number']}), {f['cores']} cores, host {host}; "
-            f"measured as: {kind}; kernels compiled for {f['kernel_cpu']}; OpenBLAS core {f['openblas_coretype']}")
+            f"measured as: {kind}; kernels compiled for {f['kernel_cpu']}; BLAS "
+            + ("MKL" if f["blas"] == "mkl" else f"OpenBLAS core {f['blas']} "
+                                                f"(OPENBLAS_CORETYPE {f['openblas_coretype']})"))
