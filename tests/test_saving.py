@@ -286,7 +286,7 @@ def test_resume_refuses_what_would_change_the_run(tmp_path):
                           (["--eta", "1.0"], "--eta 1.0 differs from the --resume file's 3.0"),
                           (["--max-memory", "64MiB"], "--max-memory 64MiB differs from the --resume file's plain"),
                           (["--epochs", "1"], "has already trained 1 epochs"),
-                          (["--mpi"], "does not combine with --mpi"),
+                          (["--mpi"], "was trained on one process, and this run would go on with --mpi on 1 rank:"),
                           (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
                                                "averaged 1")]:
         proc = subprocess.run([*TRAIN, "--resume", "p.npz", *args], capture_output=True, text=True,

@@ -7,6 +7,11 @@ shape an epoch (data, batch size, eta, loss, l2, strategy, dtype) decide the
 rest of the run.  ``--save`` stores them after every epoch with
 ``numpy.random``'s state; ``--resume`` restores all of it and runs epochs
 ``k .. --epochs - 1``, so the result is the uninterrupted run's bit for bit.
+That holds in every mode: one process or threads, MPI data parallelism, pipeline
+and tensor parallelism (every rank reads the file and takes its part of the
+net and of the optimizer's state).  The file records how it was trained
+(:func:`run_mode`), and a resume in another mode or on other ranks is refused:
+its sums would round otherwise.
 """
 import hashlib
 import os
@@ -16,7 +21,10 @@ import numpy as np
 from fastckpt.core.files import npz_name
 from fastckpt.data import source_files
 from fastckpt.nets import load
+from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
+
+from .options import PIPELINE_DEFAULTS
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -26,9 +34,24 @@ STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 
          "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
 
 
+def run_mode(args):
+    """How ``args`` trains, as a --resume file records it: ``"on one process"`` (threads too: their sums
+    follow the minibatch order), or the MPI mode with what shapes its sums."""
+    if args.pipeline:
+        pipe = {key: default if getattr(args, key) is None else getattr(args, key)
+                for key, default in PIPELINE_DEFAULTS.items()}
+        return (f"with --pipeline {args.pipeline} --micro-batches {pipe['micro_batches']} --schedule "
+                f"{pipe['schedule']} --transport {pipe['transport']}"
+                + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))
+    if args.tensor_parallel or args.mpi:
+        ranks = launched_ranks()
+        return f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'} on {ranks} rank{'s' * (ranks > 1)}"
+    return "on one process"
+
+
 def training_state(run, accuracies, epochs_done, updates_done, n_train, per_update):
     """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
-    return {"epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
+    return {"mode": run.mode, "epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
             "max_memory": run.max_memory, "shuffle": run.shuffle, "validation": run.validation,
             "lr_schedule": run.lr_schedule,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
@@ -63,14 +86,16 @@ class Saver:
 def resumed(args, modes):
     """The net and training state of ``--resume``, checked against ``args``, and the settings it fixes:
     ``(net, state, saved)``.  ``numpy.random`` is left where the file's run left it."""
-    if modes:
-        raise ValueError(f"--resume goes on on one process or --threads; it does not combine with {modes[0]}")
     net = load(args.resume)
     state = net.training_state
     if state is None:
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
                          "train --save writes one after every epoch")
     _check_state(state, args.resume)
+    trained, now = state.get("mode", "on one process"), run_mode(args)
+    if trained != now:
+        raise ValueError(f"--resume {args.resume!r} was trained {trained}, and this run would go on {now}: resume "
+                         "it as it was trained (fastckpt.load reads its net anywhere)")
     saved = {"sizes": list(net.sizes), "dtype": net.dtype.name, "strategy": str(net.strategy), "loss": net.loss,
              "l2": net.l2[0] if len(set(net.l2)) == 1 else list(net.l2), "batch_size": state["batch_size"],
              "eta": state["eta"], "seed": state["seed"], "data": state.get("data"),

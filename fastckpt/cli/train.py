@@ -25,7 +25,7 @@ from .data import check_trainable, load_data
 from .guard import RankGuard
 from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
 from .progress import TrainBar
-from .resume import SETTINGS, Saver, fingerprint, resumed, training_state
+from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Run:
     max_memory: int | None = None
     data_sha256: str | None = None
     lr_schedule: str | None = None
+    mode: str = "on one process"
 
 
 def settle(args, saved=None):
@@ -64,7 +65,7 @@ def settle(args, saved=None):
         values[key] = getattr(args, key) if saved is None or getattr(args, key) is not None else saved.get(key)
     schedule = args.lr_schedule if args.lr_schedule is not None else (saved or {}).get("lr_schedule")
     values["lr_schedule"] = str(parse_lr_schedule(schedule).resolved(args.epochs))   # cosine's T fixed, for resumes
-    return Run(**values)
+    return Run(**values, mode=run_mode(args))
 
 
 def modes_of(args):
@@ -135,7 +136,7 @@ def train(args):
     done = state["epochs_done"] if state else 0
     t0 = time.perf_counter()
     if args.pipeline or args.tensor_parallel:
-        times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead)
+        times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead, net, state)
     else:
         if net is None:
             np.random.seed(run.seed)
@@ -150,8 +151,10 @@ def train(args):
     return 0
 
 
-def _model_parallel(args, run, guard, training, test, lead):
-    """Pipeline or tensor parallelism: (update times, accuracies, the workers' description)."""
+def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, state=None):
+    """Pipeline or tensor parallelism: (update times, accuracies, the workers' description); from
+    ``resumed_net`` and its training ``state`` when resuming."""
+    rng = np.random.get_state()                          # where a --resume file's run left it
     np.random.seed(run.seed)
     pipe = {key: default if getattr(args, key) is None else getattr(args, key)
             for key, default in PIPELINE_DEFAULTS.items()}
@@ -163,8 +166,13 @@ def _model_parallel(args, run, guard, training, test, lead):
                             **net)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2, **net)
+    before, updates_before, done = ([], 0, 0) if state is None else \
+        (list(state["accuracies"]), state["updates_done"], state["epochs_done"])
+    if resumed_net is not None:
+        guard.run(trainer.load_net, resumed_net)
+        np.random.set_state(rng)
     save = Saver(args.save, args.force, guard, args.resume)
-    bar = TrainBar(args, lead, 0)
+    bar = TrainBar(args, lead, done)
 
     def saved(epoch, updates):
         """After each epoch, on every rank: the whole net gathered (a collective), saved by rank 0."""
@@ -172,18 +180,18 @@ def _model_parallel(args, run, guard, training, test, lead):
             (weights, biases), state = trainer.gather(), trainer.gather_state()
             save(lambda path, exclusive: save_arrays(
                 path, run.sizes, run.dtype, weights, biases, loss=run.loss, l2=run.l2, strategy=run.strategy,
-                exclusive=exclusive, training=training_state(run, trainer.accuracies, epoch + 1, updates,
-                                                             len(training[0]), 1),
+                exclusive=exclusive, training=training_state(run, before + trainer.accuracies, epoch + 1,
+                                                             updates_before + updates, len(training[0]), 1),
                 activation=run.activation, optimizer=run.optimizer, optimizer_state=state))
-    _, times = guard.run(trainer.SGD, training, args.epochs, run.batch_size, run.eta, test_data=test,
+    _, times = guard.run(trainer.SGD, training, args.epochs - done, run.batch_size, run.eta, test_data=test,
                          verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
-                         lr_schedule=run.lr_schedule)
+                         lr_schedule=run.lr_schedule, first_epoch=done)
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
         workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
                        partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())
-    return times, list(trainer.accuracies), workers
+    return times, before + list(trainer.accuracies), workers
 
 
 def _one_net(args, run, net, state, guard, training, test, lead):
@@ -210,7 +218,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
                              parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,
-                             on_epoch=bar.after(saved, net), lr_schedule=run.lr_schedule)
+                             on_epoch=bar.after(saved, net), lr_schedule=run.lr_schedule, first_epoch=done)
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:

@@ -140,9 +140,9 @@ class MPITrainer(RankTrainer):
                 "initial weights": "sha256 " + _digest([net.params.flat])}
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
-            verbose=True, progress=None, on_epoch=None, lr_schedule=None):
+            verbose=True, progress=None, on_epoch=None, lr_schedule=None, first_epoch=0):
         """The lab's loop with ``parallel_batches`` minibatches per update (default: one per rank); ``lr_schedule``
-        as in :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>`.
+        and ``first_epoch`` as in :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>`.
 
         ``parallel_batches`` must be a multiple of the ranks; rank ``r`` takes
         minibatches ``r, r + ranks, ...`` of each group, and the last group of
@@ -167,7 +167,7 @@ class MPITrainer(RankTrainer):
         settings = dict(self._net_settings(), parallel_batches=parallel_batches or self.ranks)
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,
                         groups=groups, settings=settings, model=net, on_epoch=on_epoch,
-                        progress=progress, lr_schedule=lr_schedule)
+                        progress=progress, lr_schedule=lr_schedule, first_epoch=first_epoch)
 
 
 def _digest(buffers):

@@ -151,7 +151,24 @@ class Group:
 
 class RankTrainer:
     """What every trainer over MPI shares: it holds communicators, which no pickle can carry; a model-parallel
-    one gathers its parts of the net (``gather(buf)``) and of the optimizer's state."""
+    one gathers its parts of the net (``gather(buf)``) and of the optimizer's state, and takes them from a
+    whole net (``_take(buf, weights, biases)``, for :meth:`load_net`)."""
+
+    def load_net(self, net):
+        """Take this rank's part of ``net``'s parameters and optimizer state (a whole net of the same sizes,
+        dtype, loss, activations and optimizer: a saved run's), so training goes on as that net would."""
+        mine = {"sizes": list(self.sizes), "dtype": self.dtype.name, "loss": self.loss, "l2": list(self.l2),
+                "activation": list(self.activation), "optimizer": self.optimizer}
+        theirs = {"sizes": list(net.sizes), "dtype": net.dtype.name, "loss": net.loss, "l2": list(net.l2),
+                  "activation": list(net.activation), "optimizer": net.optimizer}
+        differ = [f"{key} {theirs[key]} (the trainer's: {mine[key]})" for key in mine if mine[key] != theirs[key]]
+        if differ:
+            raise ValueError(f"load_net: the net differs from this {type(self).__name__}: {'; '.join(differ)}")
+        arrays = net.optimizer_state.arrays(net.sizes)
+        self._take(None, net.weights, net.biases)
+        for name, buf in zip(self.optimizer.state_names, self.optimizer_state.buffers):
+            self._take(buf, *arrays[name])
+        self.optimizer_state.steps = net.optimizer_state.steps
 
     def gather_state(self):
         """The optimizer's state of the whole net on every rank (a collective), as a saved file keeps it:
@@ -226,7 +243,7 @@ def _ranks(ranks):
 
 
 def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock, *, groups=None,
-             settings=None, model=None, on_epoch=None, progress=None, lr_schedule=None):
+             settings=None, model=None, on_epoch=None, progress=None, lr_schedule=None, first_epoch=0):
     """The lab's loop for a trainer over MPI: the data and settings compared across ranks first, then
     ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
 
@@ -236,15 +253,15 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
     ``trainer.update_many`` gets.  ``settings``
     adds the trainer's own to what is compared.  ``model`` (default: the trainer) is what is
     evaluated and keeps the accuracies.  ``on_epoch(epoch, updates)`` is called on every rank after
-    each epoch (it may hold collectives), ``progress`` as in ``Network.SGD``.  Returns (memusage,
-    updatetime); rank 0 prints.
+    each epoch (it may hold collectives), ``progress`` and ``first_epoch`` as in ``Network.SGD``.  Returns
+    (memusage, updatetime); rank 0 prints.
     """
     group = trainer.group
     with group.errors() as errors:
         mine = {"training data": describe_data(training_data, "training_data"),
                 "test data": None if test_data is None else describe_data(test_data, "test_data"),
                 "epochs": epochs, "batch size": mini_batch_size, "eta": eta, "lr_schedule": str(lr_schedule),
-                **(settings or {})}
+                "first epoch": first_epoch, **(settings or {})}
         errors.shared = (ValueError, TypeError)       # the same values everywhere: checks fail on all alike
         group.agree(mine)
         model = trainer if model is None else model
@@ -265,4 +282,5 @@ def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, ve
                                     [y_train[s:s + mini_batch_size] for s in mine], rate, count)
         errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
         return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock,
-                          on_epoch=on_epoch, progress=progress, eta=eta, lr_schedule=lr_schedule)
+                          on_epoch=on_epoch, progress=progress, eta=eta, lr_schedule=lr_schedule,
+                          first_epoch=first_epoch)

@@ -250,6 +250,12 @@ class TensorParallelTrainer(RankTrainer):
         self.comm.Allreduce(self.MPI.IN_PLACE, self._penalty_sum)
         return float(self._penalty_sum[0])
 
+    def _take(self, buf, weights, biases):
+        """Set this rank's slices of ``buf`` (default: the parameters) from the whole net's lab-shaped arrays."""
+        ws, bs = self.shard.views(self._flat if buf is None else buf)
+        for layer, (w, b, ((r0, r1), (c0, c1))) in enumerate(zip(ws, bs, self._slices)):
+            w[...], b[...] = weights[layer][r0:r1, c0:c1], np.asarray(biases[layer]).reshape(-1)[r0:r1]
+
     def gather(self, buf=None):
         """``(weights, biases)`` of the whole net on every rank, in the lab's shapes: weights[i]
         (sizes[i+1], sizes[i]), biases[i] (sizes[i+1], 1); of ``buf`` in the parameters' layout (an

@@ -226,6 +226,13 @@ class PipelineTrainer(RankTrainer):
         parts = self.comm.allgather((self.stats["busy"], self.stats["wall"]))
         return float(np.mean([1.0 - busy / wall for busy, wall in parts if wall > 0]))
 
+    def _take(self, buf, weights, biases):
+        """Set this stage's layers of ``buf`` (default: the parameters) from the whole net's lab-shaped arrays."""
+        with self.params.lock:
+            ws, bs = layer_views(self.params.flat if buf is None else buf, self.stage_sizes)
+            for i, (w, b) in enumerate(zip(ws, bs)):
+                w[...], b[...] = weights[self.lo + i], np.asarray(biases[self.lo + i]).reshape(-1)
+
     def gather(self, buf=None):
         """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective); of ``buf``
         in the stage's parameter layout (an optimizer state buffer) when given."""
@@ -256,9 +263,9 @@ class PipelineTrainer(RankTrainer):
         return self.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None,
-            progress=None, lr_schedule=None):
+            progress=None, lr_schedule=None, first_epoch=0):
         """The lab's loop; every rank passes the same data (checked first); ``on_epoch(epoch, updates)`` after
-        each epoch on every rank; ``lr_schedule`` as in ``Network.SGD``.  Returns (memusage, updatetime) of this
-        rank; rank 0 prints."""
+        each epoch on every rank; ``lr_schedule`` and ``first_epoch`` as in ``Network.SGD``.  Returns (memusage,
+        updatetime) of this rank; rank 0 prints."""
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, self.params.lock,
-                        on_epoch=on_epoch, progress=progress, lr_schedule=lr_schedule)
+                        on_epoch=on_epoch, progress=progress, lr_schedule=lr_schedule, first_epoch=first_epoch)

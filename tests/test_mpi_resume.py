@@ -1,0 +1,54 @@
+"""--resume in every MPI mode (MPI data parallelism, pipeline and tensor parallelism): N epochs, or N/2
+and a resume for the rest, give the same file bit for bit (parameters, optimizer state, accuracies);
+a resume in another mode or on other ranks is refused in one line.  Every run has a time limit."""
+import subprocess
+
+import numpy as np
+import pytest
+from test_distributed import MPIEXEC, TRAIN, needs_mpi
+
+import fastckpt
+
+NET = ["--sizes", "784,32,24,10", "--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002",
+       "--batch-size", "40", "--loss", "cross_entropy", "--lr-schedule", "step(1, 0.5)", "--json"]
+MODES = {"mpi": ["--mpi"], "pipeline": ["--pipeline", "2", "--micro-batches", "2", "--schedule", "1f1b"],
+         "tensor": ["--tensor-parallel"]}
+
+
+def _train(mode, *args):
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, *MODES[mode], *args], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_resumed_run_is_the_unbroken_run_bit_for_bit(mode, tmp_path):
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    _train(mode, "--epochs", "2", "--save", str(whole))
+    _train(mode, "--epochs", "1", "--save", str(part))
+    _train(mode, "--epochs", "2", "--resume", str(part), "--save", str(part))
+    a, b = fastckpt.load(whole), fastckpt.load(part)
+    for key in ("epochs_done", "updates_done", "accuracies", "mode"):
+        assert a.training_state[key] == b.training_state[key], key
+    assert a.training_state["mode"].startswith("with --")
+    assert a.optimizer_state.steps == b.optimizer_state.steps == a.training_state["updates_done"]
+    for x, y in zip(a.weights + a.biases + a.optimizer_state.buffers,
+                    b.weights + b.biases + b.optimizer_state.buffers):
+        np.testing.assert_array_equal(x, y)
+
+
+@needs_mpi
+def test_a_resume_in_another_mode_is_refused_in_one_line(tmp_path):
+    part = tmp_path / "part.npz"
+    _train("mpi", "--epochs", "1", "--save", str(part))
+    for other in ("tensor", "pipeline"):
+        proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, *MODES[other], "--epochs", "2", "--resume",
+                               str(part), "--save", str(part)], capture_output=True, text=True, timeout=300)
+        # every rank says it (their lines may interleave), none with a traceback
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and \
+            "was trained with --mpi on 2 ranks, and this run would go on with --" in proc.stderr, proc.stderr
+    proc = subprocess.run([*TRAIN, *NET, "--epochs", "2", "--resume", str(part), "--save", str(part)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "this run would go on on one process" in proc.stderr, proc.stderr
