@@ -6,6 +6,7 @@ gathered weights and biases (and those before training) to ``out``.  With
 ``memray`` each rank measures its peak over building and training, after a
 warm-up, and rank 0 writes every rank's peak and prediction to ``out``.
 """
+import hashlib
 import json
 import sys
 
@@ -18,7 +19,7 @@ from fastckpt.report.measure import memray_peak
 
 def run(case, x, y, gather=True):
     kw = {k: case[k] for k in ("schedule", "strategy", "loss", "l2", "partition", "transport", "dtype",
-                                               "activation", "init", "optimizer")
+                                               "activation", "init", "optimizer", "data_parallel")
           if k in case}
     batch, micro = case.get("batch", 20), case.get("micro", 2)
     np.random.seed(0)
@@ -46,9 +47,12 @@ def main():
         trainer, before = run(case, x, y)
         after = trainer.gather()
         bubble = trainer.bubble_fraction()                 # a collective
-        if trainer.rank == 0:
+        # every replica's copy of a stage holds the same bits
+        digests = trainer.comm.allgather((trainer.rank, hashlib.sha256(trainer.params.flat.tobytes()).hexdigest()))
+        agree = all(len({d for s, d in digests if s == stage}) == 1 for stage, _ in digests)
+        if trainer.comm.Get_rank() == 0:
             np.savez(case["out"], *after[0], *after[1], *before[0], *before[1], loss=trainer.last_loss,
-                     bubble=bubble)
+                     bubble=bubble, replicas_agree=agree)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ import fastckpt
 NET = ["--sizes", "784,32,24,10", "--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002",
        "--batch-size", "40", "--loss", "cross_entropy", "--lr-schedule", "step(1, 0.5)", "--json"]
 MODES = {"mpi": ["--mpi"], "pipeline": ["--pipeline", "2", "--micro-batches", "2", "--schedule", "1f1b"],
-         "tensor": ["--tensor-parallel"]}
+         "tensor": ["--tensor-parallel"],
+         "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2"]}     # on 4 ranks
 
 
 def _train(mode, *args):
-    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, *MODES[mode], *args], capture_output=True, text=True,
+    ranks = "4" if mode == "grid" else "2"
+    proc = subprocess.run([MPIEXEC, "-n", ranks, *TRAIN, *NET, *MODES[mode], *args], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -30,7 +30,7 @@ def _job(ranks, cases, timeout=300):
 def _one_process(case, x, y):
     np.random.seed(0)
     net = fastckpt.Network(case["sizes"], dtype=case.get("dtype", np.float64), loss=case.get("loss", "quadratic"),
-                           l2=case.get("l2", 0.0))
+                           l2=case.get("l2", 0.0), optimizer=case.get("optimizer", "sgd"))
     before = [w.copy() for w in net.weights + net.biases]
     batch = case.get("batch", 20)
     for u in range(case.get("updates", 3)):
@@ -46,7 +46,13 @@ CASES = {
              l2=[0.1, 0, 0, 0.2, 0, 0, 0.3])],
     4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
-        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01)],
+        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01),
+        # data parallelism around the pipeline: 2 replicas x 2 stages, and 4 replicas of one stage
+        dict(sizes=DEEP, schedule="1f1b", micro=3, batch=26, strategy="sqrt", data_parallel=2, loss="cross_entropy",
+             l2=0.01),
+        dict(sizes=DEEP, schedule="gpipe", micro=2, batch=23, strategy="plain", data_parallel=2, partition=[5, 2],
+             optimizer="adam", eta=0.01),
+        dict(sizes=[784, 40, 30, 10], micro=2, batch=24, data_parallel=4, l2=[0.1, 0.0, 0.2])],
 }
 
 
@@ -65,7 +71,7 @@ def test_pipelines_equal_one_process_on_the_same_minibatches(ranks, tmp_path):
         for k, ref in enumerate(net.weights + net.biases):
             np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13, err_msg=str(case))
         assert float(saved["loss"]) == pytest.approx(net.last_loss, rel=1e-10)
-        assert 0.0 <= float(saved["bubble"]) < 1.0
+        assert 0.0 <= float(saved["bubble"]) < 1.0 and bool(saved["replicas_agree"])
 
 
 @needs_mpi
@@ -95,6 +101,39 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
             total = predicted["total"]
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
             assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
+
+
+@needs_mpi
+def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
+    """2 data-parallel replicas of 2 stages: each rank's plan counts the Allreduce's temporary too."""
+    cases = [dict(sizes=[784] + [256] * 8 + [10], batch=256, micro=4, schedule="1f1b", strategy=strategy,
+                  data_parallel=2, memray=True, out=str(tmp_path / f"{strategy}.json"))
+             for strategy in ("plain", "sqrt")]
+    _job(4, cases, timeout=400)
+    for case in cases:
+        for rank, (peak, predicted) in enumerate(json.load(open(case["out"]))):
+            assert predicted["replica_sum"] == predicted["parameters"] > 0
+            total = predicted["total"]
+            assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
+
+
+@needs_mpi
+def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path):
+    """--data-parallel 2 x --pipeline 2 on 4 ranks: the net of one process on the same minibatches."""
+    outs = [tmp_path / "grid.npz", tmp_path / "one.npz"]
+    net = ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002", "--sizes",
+           "784,48,32,24,10", "--epochs", "1", "--strategy", "sqrt", "--json", "--save"]
+    proc = subprocess.run([MPIEXEC, "-n", "4", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--micro-batches",
+                           "2", "--schedule", "1f1b", *net, str(outs[0])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["pipeline"] == 2 and result["data_parallel"] == 2 and result["ranks"] == 2
+    one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert_same_saved_net(*outs)
+    bad = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--epochs", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--data-parallel 2 x --pipeline 2 needs 4 ranks (mpiexec -n 4), got 2" in bad.stderr
 
 
 @needs_mpi

@@ -198,6 +198,9 @@ def _train_parallel(p):
     p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
                    help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
                         "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
+    p.add_argument("--data-parallel", type=o.positive, default=None, metavar="D",
+                   help="with --pipeline P: D replicas of the pipeline on D x P ranks, each taking 1/D of every "
+                        "mini-batch, their gradients summed per stage (default: 1)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
                    help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"], default=None,

@@ -40,7 +40,9 @@ def run_mode(args):
     if args.pipeline:
         pipe = {key: default if getattr(args, key) is None else getattr(args, key)
                 for key, default in PIPELINE_DEFAULTS.items()}
-        return (f"with --pipeline {args.pipeline} --micro-batches {pipe['micro_batches']} --schedule "
+        return (f"with --pipeline {args.pipeline}"
+                + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
+                + f" --micro-batches {pipe['micro_batches']} --schedule "
                 f"{pipe['schedule']} --transport {pipe['transport']}"
                 + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))
     if args.tensor_parallel or args.mpi:

@@ -79,7 +79,8 @@ def modes_of(args):
                          f"with {modes[0]}")
     if not args.pipeline:
         given = [flag for flag, key in (("--micro-batches", "micro_batches"), ("--schedule", "schedule"),
-                                        ("--partition", "partition"), ("--transport", "transport"))
+                                        ("--partition", "partition"), ("--transport", "transport"),
+                                        ("--data-parallel", "data_parallel"))
                  if getattr(args, key) is not None]
         if given:
             raise ValueError(f"{given[0]} is an option of --pipeline P; without --pipeline it would change nothing")
@@ -116,8 +117,11 @@ def train(args):
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if guard is not None:
         guard.agree({"--save": "given" if args.save else "not given"})
-    if args.pipeline and args.pipeline != guard.ranks:
-        raise ValueError(f"--pipeline {args.pipeline} needs {args.pipeline} ranks (mpiexec -n {args.pipeline}), "
+    replicas = args.data_parallel or 1
+    if args.pipeline and args.pipeline * replicas != guard.ranks:
+        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
+            f"--pipeline {args.pipeline}"
+        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
                          f"got {guard.ranks}")
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
@@ -163,7 +167,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
                             partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size,
-                            **net)
+                            data_parallel=args.data_parallel or 1, **net)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2, **net)
     before, updates_before, done = ([], 0, 0) if state is None else \
@@ -188,7 +192,8 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                          lr_schedule=run.lr_schedule, first_epoch=done)
     workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
     if args.pipeline:
-        workers.update(pipeline=args.pipeline, micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
+        workers.update(pipeline=args.pipeline, data_parallel=args.data_parallel or 1,
+                       micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
                        partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())
     return times, before + list(trainer.accuracies), workers

@@ -45,18 +45,21 @@ def balance(costs, stages, fits=None):
     return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0):
+def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
+                replicated=False):
     """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
 
     ``rows``: the largest micro-batch; ``order``: the stage's schedule; ``slots``: the optimizer's
-    state buffers the size of the stage's parameters.  The stage runs :func:`stage_plan`, so with
-    ``fit(bytes)`` the total is within the bound.
+    state buffers the size of the stage's parameters; ``replicated``: the stage sums its gradient over
+    data-parallel replicas (an in-place Allreduce, whose temporary mpich makes the gradient's size).
+    The stage runs :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
     """
-    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots)
-    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots)
+    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated)
+    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated)
 
 
-def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0):
+def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
+               replicated=False):
     """The plan a stage runs: its strategy's, except that ``fit(bytes)`` bounds what the stage holds in all
     (its gradient sum, message buffers and the checkpoints of every micro-batch in flight), not one
     micro-batch's step.  A stage then plans the largest activation ``budget`` whose whole stage fits, found
@@ -68,7 +71,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
 
     def planned(kind):
         plan = make_plan(sub, rows, dtype, kind, blas_threads=threads)
-        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots)["total"]
+        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated)["total"]
     best, total = planned("plain")
     if total <= strategy.nbytes:
         return best
@@ -92,7 +95,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     return best
 
 
-def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0):
+def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicated=False):
     """The bytes by part of a stage that runs the plan ``p``."""
     dtype = p.dtype
     item = dtype.itemsize
@@ -107,6 +110,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0):
         "parameters": params,
         "gradients": params,                                  # their sum over the micro-batches
         "optimizer_state": slots * params,                    # velocity, or m and v, of the stage's layers
+        "replica_sum": params if replicated else 0,           # the Allreduce's temporary
         "workspace": p.arena_elems * item,                    # activations, and each micro-batch's gradients
         "deltas": workspace_delta_elems(sub, rows, not first) * item,
         "scratch": max(sub[1:]) * 8,

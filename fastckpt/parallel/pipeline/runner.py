@@ -18,22 +18,24 @@ class StageRunner:
         self.rows, self.order = plan.batch_size, order
         self.first, self.last = trainer.first, trainer.last
         self.stage = Stage(plan, first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
-                           l2=trainer.l2[trainer.lo:trainer.hi], slots=storage_slots(order), acts=trainer.stage_acts)
+                           l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), slots=storage_slots(order),
+                           acts=trainer.stage_acts)
         width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
         self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)
                                              for _ in range(in_flight(order))]
-        group, rank = trainer.group, trainer.rank
+        group, rank = trainer.pipe, trainer.rank                   # this replica's stages
         self.up = None if self.first else Link(group, rank - 1, trainer.transport, dtype, self.rows, width_in)
         self.down = None if self.last else Link(group, rank + 1, trainer.transport, dtype, self.rows, width_out)
         self.busy = 0.0
 
-    def run(self, params, acc, xb, yb, edges, stats):
+    def run(self, params, acc, xb, yb, edges, stats, total=None):
         """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum goes
-        to ``acc``.  Returns (a loss was not finite, the loss summed over the micro-batches on the last stage)
-        and adds this minibatch's time, busy time and bytes to ``stats``."""
+        to ``acc``, scaled for a minibatch of ``total`` samples (default: these).  Returns (a loss was not
+        finite, the loss summed over the micro-batches on the last stage) and adds this minibatch's time,
+        busy time and bytes to ``stats``."""
         start = time.perf_counter()
         self.busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
-        inputs, free, batch = {}, list(range(len(self.inputs))), edges[-1]
+        inputs, free, batch = {}, list(range(len(self.inputs))), total or edges[-1]
         for op, k in self.order:
             lo, hi = edges[k], edges[k + 1]
             if op == "F":

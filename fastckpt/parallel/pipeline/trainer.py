@@ -40,6 +40,7 @@ from fastckpt.planner import parse_strategy
 
 from ..mpi import Group, RankTrainer, lab_loop, random_state
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
+from .replicas import Replicas, check_replicas
 from .runner import StageRunner
 from .schedules import check_schedule, schedule
 from .transport import check_transport
@@ -85,13 +86,14 @@ class PipelineTrainer(RankTrainer):
 
     def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
                  loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
-                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd"):
+                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1):
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
-        self.rank, self.ranks = self.group.rank, self.group.size
         self.group.agree(self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
-                                       batch_size, (activation, init, optimizer), partition, memory_limit),
-                         "PipelineTrainer arguments")
+                                       batch_size, (activation, init, optimizer, data_parallel), partition,
+                                       memory_limit), "PipelineTrainer arguments")
+        self.replicas = Replicas(self.group, self.data_parallel)          # NOTE in pipeline/replicas.py
+        self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
                                           lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size),
@@ -127,14 +129,16 @@ class PipelineTrainer(RankTrainer):
             self.loss, self.strategy = check_loss(loss), parse_strategy(strategy)
             self.dtype, self.l2 = check_dtype(dtype), check_l2(l2, len(self.sizes) - 1)
             self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
-            activation, init, optimizer = net
+            activation, init, optimizer, data_parallel = net
+            self.data_parallel = check_replicas(data_parallel, self.group.size)
             self.activation = check_activation(activation, len(self.sizes) - 1)
             self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
         except (ValueError, TypeError) as exc:
             return exc
         return {"mode": MODE, "sizes": self.sizes, "micro_batches": self.micro_batches, "schedule": schedule,
                 "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
-                "transport": transport, "loss": loss, "strategy": self.strategy, "dtype": self.dtype.name,
+                "data_parallel": self.data_parallel, "transport": transport, "loss": loss, "strategy": self.strategy,
+                "dtype": self.dtype.name,
                 "l2": list(self.l2), "batch_size": self.batch_size, "partition and memory_limit": repr(limits),
                 "np.random state (seed every rank alike)": random_state()}
 
@@ -146,7 +150,7 @@ class PipelineTrainer(RankTrainer):
              if self.lo <= layer < self.hi else None)
 
     def _rows(self, batch):
-        return -(-batch // self.micro_batches)
+        return -(-self.replicas.largest(batch) // self.micro_batches)
 
     def order(self, stage=None):
         """This stage's (or ``stage``'s) schedule of passes for one minibatch."""
@@ -162,7 +166,7 @@ class PipelineTrainer(RankTrainer):
     def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           self.transport, self.blas_threads, self.optimizer.slots)
+                           self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1)
 
     def update_mini_batch(self, x, y, eta):
         """One step of the optimizer on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
@@ -174,9 +178,9 @@ class PipelineTrainer(RankTrainer):
         with self.group.errors() as errors:                  # see NOTE [ Pipeline errors ]
             errors.shared = (ValueError, TypeError)           # agreed: raised on every rank alike
             xb, yb, eta = self.group.minibatch(self._minibatch, x, y, eta)
-            batch = xb.shape[0]
+            r0, r1 = self.replicas.rows(xb.shape[0])
             errors.shared = ()
-            status = self._step(xb, yb, batch)
+            status = self._step(xb[r0:r1], yb[r0:r1], xb.shape[0])
             total = np.zeros(3)
             self.comm.Allreduce(status, total, op=self.MPI.SUM)
             self.last_loss = float(total[1] + total[2])
@@ -192,27 +196,31 @@ class PipelineTrainer(RankTrainer):
         """``(x, y, eta)`` checked as this stage uses them (the first reads x, the last y)."""
         eta = check_eta(eta)
         xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last))
-        if xb.shape[0] < self.micro_batches:
-            raise ValueError(f"a minibatch of {xb.shape[0]} samples cannot make {self.micro_batches} micro-batches")
+        if xb.shape[0] // self.data_parallel < self.micro_batches:
+            raise ValueError(f"a minibatch of {xb.shape[0]} samples cannot make {self.micro_batches} micro-batches"
+                             + (f" on each of {self.data_parallel} replicas" if self.data_parallel > 1 else ""))
         for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
             if used and not all_finite(arr):
                 raise ValueError(f"{name} holds NaN or inf")
         return xb, yb, eta
 
-    def _step(self, xb, yb, batch):
-        """Every micro-batch's passes on this stage, in the schedule's order; returns (bad, loss sum,
-        penalty) of this stage, for the Allreduce."""
+    def _step(self, xb, yb, total):
+        """Every micro-batch's passes of this replica's rows on this stage, in the schedule's order, scaled
+        for a minibatch of ``total`` and summed over the replicas; returns (bad, loss part, penalty) of
+        this stage, for the Allreduce."""
+        batch = xb.shape[0]
         edges = [batch * k // self.micro_batches for k in range(self.micro_batches + 1)]   # sizes differ by <= 1
         rows = max(b - a for a, b in zip(edges[:-1], edges[1:]))
         if self._runner is None or self._runner.rows < rows:
             self._runner = None                                                # free the old buffers first
             plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
-                              self.transport, self.blas_threads, self.optimizer.slots)
+                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1)
             self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
-            bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats)
+            bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
+            self.replicas.sum(self._acc, self.MPI)
         bad = bad or not all_finite(self._acc)
-        penalty = l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
+        penalty = l2_penalty(self.replicas.own_l2(self.l2[self.lo:self.hi]), self.params.layers()[0])
         return np.array([float(bad), loss_sum if self.last else 0.0, penalty])
 
     @property
@@ -243,7 +251,8 @@ class PipelineTrainer(RankTrainer):
         return self.group.gather_net(self.sizes, pieces)
 
     def evaluate(self, x_test_data, y_test_data):
-        """Fraction of samples whose arg-max output matches the label, on every rank (same data on each)."""
+        """Fraction of samples whose arg-max output matches the label, on every rank (same data on each; each
+        replica's stages run it)."""
         x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
         labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
         acts = self.stage_acts
@@ -252,15 +261,15 @@ class PipelineTrainer(RankTrainer):
             a = rows
             if not self.first:
                 a = np.empty((rows.shape[0], self.stage_sizes[0]), dtype=self.dtype)
-                self.comm.Recv(a, source=self.rank - 1, tag=3)
+                self.pipe.comm.Recv(a, source=self.rank - 1, tag=3)
             out = forward(self.params, acts, a, 0, len(self.stage_sizes) - 1)[-1]
             if self.last:
                 return out.argmax(axis=1)
-            self.comm.Send(np.ascontiguousarray(out), dest=self.rank + 1, tag=3)
+            self.pipe.comm.Send(np.ascontiguousarray(out), dest=self.rank + 1, tag=3)
             return None
         with self.params.lock:
             hits = count_correct(x, labels, self.dtype, predict)
-        return self.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
+        return self.pipe.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None,
             progress=None, lr_schedule=None, first_epoch=0):
