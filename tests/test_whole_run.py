@@ -138,3 +138,35 @@ def test_sgd_max_memory_refuses_a_run_over_it_and_its_fit_keeps_memray_within_it
         held["net"] = fitted
     peak = memray_peak(run)
     assert peak <= bound and held["net"].plan(batch).recompute_factor > 1, (peak, hint)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"shuffle": True}, {"validation": 0.5}, {"shuffle": 3, "validation": 0.5},
+                                    {"validation": "pair"}])
+def test_sgd_max_memory_counts_shuffled_copies_and_data_held_back_for_validation(kwargs):
+    from fastckpt.engine.loop import held_arrays, split_validation
+    from fastckpt.planner.run import bound_the_run
+    sizes, batch = [784, 32, 10], 1000
+    rng = np.random.default_rng(4)
+
+    def data():
+        x, y = rng.random((4000, 784)), rng.integers(0, 10, 4000)
+        extra = {"validation": (rng.random((2000, 784)), rng.integers(0, 10, 2000))} \
+            if kwargs.get("validation") == "pair" else {}
+        return (x, y), (rng.random((1000, 784)), rng.integers(0, 10, 1000)), extra
+    training, test, extra = data()
+    options = dict(kwargs, **extra)
+    fastckpt.Network(sizes).SGD(training, 1, batch, 0.1, test_data=test, verbose=False, **options)   # warm-up
+    held = {}
+
+    def run():
+        training, test, extra = data()
+        net = fastckpt.Network(sizes)
+        net.SGD(training, 1, batch, 0.1, test_data=test, verbose=False, max_memory="1GiB", **dict(kwargs, **extra))
+        held.update(net=net, training=training, test=test, options=dict(kwargs, **extra))
+    peak = memray_peak(run)
+    options = held["options"]
+    split, val = split_validation(held["net"], held["training"], options.get("validation"))
+    predicted = bound_the_run(held["net"].plan(batch), split, held["test"], updates=len(split[0]) // batch,
+                              bound=2**30, shuffled=bool(options.get("shuffle")),
+                              held=held_arrays(held["training"], held["test"], options.get("validation")))
+    assert _close(peak, predicted["total"]), (peak, predicted)

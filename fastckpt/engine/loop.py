@@ -175,3 +175,14 @@ def pair(data, name):
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a pair (x, y), got {type(data).__name__}") from None
     return x, y
+
+
+def held_arrays(training_data, test_data, validation):
+    """The arrays a run keeps, each counted whole: the training pair as given (also when a fraction of it
+    is held out for validation), the test pair, and a validation pair."""
+    found = list(pair(training_data, "training_data"))
+    for extra, name in ((test_data, "test_data"), (validation if isinstance(validation, (tuple, list)) else None,
+                                                     "validation")):
+        if extra is not None:
+            found += pair(extra, name)
+    return [a for a in found if hasattr(a, "nbytes")]

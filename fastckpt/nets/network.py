@@ -12,7 +12,7 @@ from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.data.images import Images
 from fastckpt.engine import Engine
-from fastckpt.engine.loop import batch_starts, check_training, epoch_order, run_epochs, split_validation
+from fastckpt.engine.loop import batch_starts, check_training, epoch_order, held_arrays, run_epochs, split_validation
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import bound_the_run
 from fastckpt.planner.strategies import Plain
@@ -221,9 +221,8 @@ class Network(Predicting):
             validation=None, lr_schedule=None, max_memory=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
-        ``memusage`` is the process RSS (bytes) before each update and
-        ``updatetime`` its duration (s), as in the lab.  Like the lab,
-        ``drop_last=True`` skips the samples after the last full mini-batch (with
+        ``memusage`` is the process RSS (bytes) before each update and ``updatetime`` its duration (s), as
+        in the lab.  Like the lab, ``drop_last=True`` skips the samples after the last full mini-batch (with
         a warning saying how many); ``drop_last=False`` trains on them too.
         The accuracies are kept in ``self.accuracies``.  ``progress``: ``"auto"``
         (default) draws a bar on stderr while each epoch trains when stderr is a
@@ -250,13 +249,14 @@ class Network(Predicting):
         ``max_memory`` (bytes or ``"256MiB"``) refuses, before training, a run whose predicted whole-run peak
         (:func:`fastckpt.planner.run.run_bytes`) is above it, naming the parts and a ``fit`` that keeps to it.
         """
-        training_data, val_data = split_validation(self, training_data, validation)
+        given, (training_data, val_data) = training_data, split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
         starts = batch_starts(len(x_train), mini_batch_size, drop_last)
         if max_memory is not None:
             bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data or val_data,
-                          updates=epochs * len(starts), bound=max_memory)
+                          updates=epochs * len(starts), bound=max_memory, shuffled=shuffle is not False,
+                          held=held_arrays(given, test_data, validation))
         order = epoch_order(shuffle, len(x_train))
         if shuffle is not False:                               # rows are taken by index: arrays, not lists
             x_train, y_train = (a if isinstance(a, Images) else np.asarray(a) for a in (x_train, y_train))

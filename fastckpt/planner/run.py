@@ -125,10 +125,11 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
 
 def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
-                optimizer_in_backward=False, optimizer="sgd", name="max_memory"):
+                optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
-    staging rows, result lists and the larger of an evaluation and a save): a step planned with it keeps
-    the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run cannot fit."""
+    staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
+    holds besides): a step planned with it keeps the whole run within ``bound``.  A ValueError naming
+    ``name`` and each part when the run cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
 
@@ -136,11 +137,12 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save)
-    others = rest["data"] + rest["staging"] + rest["records"]
+    others = rest["data"] + rest["staging"] + rest["records"] + extra
     after = max(rest.get("evaluation", 0), rest.get("saving", 0))
     budget = bound - others - max(0, after - rest["step: blas"])
     parts = ", ".join(f"{part} {value / MiB:.2f} MiB" for part, value in rest.items()
                       if part in ("data", "staging", "records", "evaluation", "saving"))
+    parts += f", besides {extra / MiB:.2f} MiB" if extra else ""
     least = None
     if budget > 0:
         try:
@@ -156,18 +158,26 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
                      f"{parts}, and the least training step {least / MiB:.2f} MiB")
 
 
-def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory"):
+def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, shuffled=False):
     """The whole run's parts (:func:`run_bytes`) when its predicted peak is within ``bound`` (bytes, or a
     string such as ``"256MiB"``); else a ValueError naming ``name``, the parts, and the ``fit`` strategy
-    whose step would keep the run within the bound (when one would)."""
+    whose step would keep the run within the bound (when one would).  ``held``: every array the caller
+    keeps for the run (the data before a validation split, a validation set), counted whole instead of
+    ``training`` and ``test``; ``shuffled``: each minibatch is first copied out of the data in a new order."""
     from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
     parts = run_bytes(plan, training, test, updates=updates)
+    extra = (data_bytes(*held) - parts["data"] if held is not None else 0) + \
+        (data_bytes(training[0][:plan.batch_size], training[1][:plan.batch_size]) if shuffled else 0)
+    if extra:
+        parts["besides"] = extra
+        parts["total"] += extra
     if parts["total"] <= bound:
         return parts
     fit = fit_the_run(plan.sizes, plan.batch_size, plan.dtype, bound, training, test, updates=updates,
-                      optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name)
+                      optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
+                      extra=extra)
     shown = ", ".join(f"{part} {parts[part] / MiB:.2f} MiB" for part in ("data", "step: total", "staging", "records",
-                                                                         "evaluation") if part in parts)
+                                                                         "evaluation", "besides") if part in parts)
     raise ValueError(f"{name} {format_bytes(bound)}: this run needs {parts['total'] / MiB:.2f} MiB with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")
