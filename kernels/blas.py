@@ -67,18 +67,22 @@ def _candidate_libraries():
     return paths
 
 
+class BlasChoiceError(ImportError):
+    """``FASTCKPT_BLAS`` names no backend this process can load (NOTE [ BLAS backends ])."""
+
+
 def _backend():
     """The BLAS the kernels call: ``FASTCKPT_BLAS`` (NOTE [ BLAS backends ]), checked."""
     name = os.environ.get("FASTCKPT_BLAS", "").strip().lower() or "openblas"
     if name not in ("openblas", "mkl", "auto"):
-        raise ImportError(f"FASTCKPT_BLAS={os.environ['FASTCKPT_BLAS']!r}: give openblas, mkl or auto")
+        raise BlasChoiceError(f"FASTCKPT_BLAS={os.environ['FASTCKPT_BLAS']!r}: give openblas, mkl or auto")
     if name == "openblas":
         return name, None
     found = _mkl_library()
     if name == "auto" and not _intel_cpu():
         return "openblas", None
     if found is None and name == "mkl":
-        raise ImportError("FASTCKPT_BLAS='mkl' but no libmkl_rt was found in this environment's lib folder; "
+        raise BlasChoiceError("FASTCKPT_BLAS='mkl' but no libmkl_rt was found in this environment's lib folder; "
                           'pip install "fastckpt[mkl]" (Intel\'s mkl wheel), or give FASTCKPT_BLAS=openblas')
     return ("mkl", found) if found else ("openblas", None)
 

@@ -82,3 +82,15 @@ def test_under_mkl_training_is_right_bit_identical_across_strategies_and_memray_
     assert got["max_error"] < 1e-10, got
     assert got["plan"]["blas"] == 0, got["plan"]
     assert abs(got["peak"] - got["plan"]["total"]) <= 256 * 1024, (got["peak"], got["plan"])
+
+
+@pytest.mark.parametrize("entry", [["-m", "fastckpt", "plan"], ["-c", "import sys; from fastckpt.cli import main; "
+                                                                      "sys.exit(main(['--version']))"]])
+def test_the_command_line_says_a_bad_backend_in_one_line(entry):
+    env = dict(os.environ, FASTCKPT_BLAS="openblsa")
+    proc = subprocess.run([sys.executable, *entry], env=env, capture_output=True, text=True, timeout=120)
+    if entry[0] == "-m":
+        assert proc.returncode == 2 and proc.stderr == "fastckpt: error: FASTCKPT_BLAS='openblsa': give openblas, " \
+                                                       "mkl or auto\n", proc.stderr
+    else:                                              # a script importing fastckpt: Python's ImportError
+        assert proc.returncode == 1 and "BlasChoiceError: FASTCKPT_BLAS='openblsa'" in proc.stderr
