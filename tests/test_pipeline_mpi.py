@@ -264,3 +264,15 @@ def test_fit_bounds_each_stage_with_its_micro_batches_in_flight(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert small.returncode == 2 and "no split of the 17 layers into 2 stages fits 16MiB per rank: the balanced " \
         "split [8, 9] needs" in small.stderr, small.stderr
+
+
+@needs_mpi
+@pytest.mark.parametrize("transport", ["native", "int8"])
+def test_a_diverging_pipeline_stops_as_one_process_does_not_as_bad_input(transport):
+    """Adam at eta 1e308 makes a stage's output NaN: the message goes as zeros and every stage refuses the
+    update (exit 1, the divergence line), where the transport used to refuse the NaN as bad input (exit 2)."""
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--sizes", "784,32,10", "--epochs", "1",
+                           "--optimizer", "adam", "--eta", "1e308", "--transport", transport], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "training stopped at epoch 0, update 1" in proc.stderr, proc.stderr
+    assert "refuses non-finite" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

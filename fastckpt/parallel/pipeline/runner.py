@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from fastckpt.kernels import BAD_LOSS
+from fastckpt.kernels import BAD_LOSS, all_finite
 
 from .links import Link
 from .schedules import in_flight, storage_slots
@@ -35,6 +35,7 @@ class StageRunner:
         busy time and bytes to ``stats``."""
         start = time.perf_counter()
         self.busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
+        self.nonfinite = False               # a message that would carry NaN or inf: sent as zeros, update refused
         inputs, free, batch = {}, list(range(len(self.inputs))), total or edges[-1]
         for op, k in self.order:
             lo, hi = edges[k], edges[k + 1]
@@ -56,7 +57,15 @@ class StageRunner:
         stats["wall"] += time.perf_counter() - start
         stats["copied_bytes"] = self.stage.copied_bytes
         stats["bytes_sent"] = sum(link.sent for link in (self.up, self.down) if link is not None)
-        return bad, loss_sum
+        return bad or self.nonfinite, loss_sum
+
+    def _finite(self, arr):
+        """``arr`` to send: itself, or zeros when it holds NaN or inf (a diverged net), which refuses the
+        update on every stage instead of a transport refusing the message."""
+        if not all_finite(arr):
+            arr[...] = 0.0
+            self.nonfinite = True
+        return arr
 
     def _forward(self, params, xb, k, lo, hi, free):
         """Micro-batch ``k``'s forward pass on this stage, its output sent on; returns its stage input."""
@@ -69,7 +78,7 @@ class StageRunner:
         out = self.stage.forward(params, x, k)
         self.busy += time.perf_counter() - t0
         if not self.last:
-            self.down.send(out, 2 * k)
+            self.down.send(self._finite(out), 2 * k)
         return x
 
     def _backward(self, params, acc, x, yb, k, lo, hi, batch, first):
@@ -83,5 +92,5 @@ class StageRunner:
         if not self.first:
             if status == BAD_LOSS:
                 stage.input_delta(hi - lo)[...] = 0.0      # the others' gradients are thrown away
-            self.up.send(stage.input_delta(hi - lo), 2 * k + 1)
+            self.up.send(self._finite(stage.input_delta(hi - lo)), 2 * k + 1)
         return status, loss
