@@ -435,3 +435,21 @@ def test_threads_take_integer_labels_too(rng):
     with DataParallel(b, threads=2) as dp:
         dp.SGD((x, y.argmax(axis=1)), 2, 10, 1.0, verbose=False)
     _same(a, b)
+
+
+def test_the_same_max_memory_resume_command_can_run_again_and_again(tmp_path):
+    """A job script that resumes with the --max-memory the run started with: every rerun goes on, and the
+    file ends as the unbroken run's, bit for bit."""
+    def train(*args):
+        proc = subprocess.run([*TRAIN, "--max-memory", "40MiB", "--json", *args], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    common = ["--sizes", "784,64,64,10", "--batch-size", "200"]
+    train(*common, "--epochs", "2", "--save", "g.npz")
+    for epochs in ("4", "6"):
+        train("--epochs", epochs, "--resume", "g.npz", "--save", "g.npz")
+    train(*common, "--epochs", "6", "--save", "whole.npz")
+    a, b = fastckpt.load(tmp_path / "g.npz"), fastckpt.load(tmp_path / "whole.npz")
+    assert a.training_state["max_memory"] == b.training_state["max_memory"] == 40 * 2**20
+    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+        np.testing.assert_array_equal(x, y)

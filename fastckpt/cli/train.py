@@ -132,6 +132,8 @@ def train(args):
     if args.max_memory is not None and not modes and args.threads == 1 and not run.parallel_batches and net is None:
         run = replace(run, strategy=step_strategy(run, (x_train, y_train), test, args.epochs, args.save is not None),
                       max_memory=args.max_memory)               # one process: the bound is the whole run's
+    elif state is not None and args.max_memory is not None:     # the file's bound (checked): kept for the next resume
+        run = replace(run, max_memory=args.max_memory)
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward)
     if lead and note and not args.json and not args.pipeline:
         print(f"fastckpt train: note: {note}", file=sys.stderr)
