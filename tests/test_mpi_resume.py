@@ -2,6 +2,7 @@
 and a resume for the rest, give the same file bit for bit (parameters, optimizer state, accuracies);
 a resume in another mode or on other ranks is refused in one line.  Every run has a time limit."""
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -54,3 +55,43 @@ def test_a_resume_in_another_mode_is_refused_in_one_line(tmp_path):
     proc = subprocess.run([*TRAIN, *NET, "--epochs", "2", "--resume", str(part), "--save", str(part)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "this run would go on on one process" in proc.stderr, proc.stderr
+
+
+LOAD_NET = r"""
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.parallel import PipelineTrainer, TensorParallelTrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = {"pipeline": lambda: PipelineTrainer([784, 16, 12, 10], 2, optimizer="adam"),
+           "tensor": lambda: TensorParallelTrainer([784, 16, 12, 10], optimizer="adam")}[sys.argv[1]]()
+np.random.seed(rank if sys.argv[2] == "differ" else 7)
+net = None if sys.argv[2] == "none" else fastckpt.Network([784, 16, 12, 10], optimizer="adam")
+try:
+    trainer.load_net(net)
+    weights, _ = trainer.gather()
+    said = f"loaded {all(np.array_equal(w, v) for w, v in zip(weights, net.weights))}"
+except (TypeError, ValueError) as exc:
+    said = f"{type(exc).__name__}: {exc}"
+lines = MPI.COMM_WORLD.gather(said)          # one writer: two ranks' lines could interleave
+if rank == 0:
+    print("\n".join(lines))
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["pipeline", "tensor"])
+def test_load_net_is_agreed_by_every_rank(mode):
+    """Every rank must give load_net the same net: a different one (or None) on any rank is an error on every
+    rank, never a net mixed from two."""
+    said = {}
+    for case in ("same", "differ", "none"):
+        proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", LOAD_NET, mode, case], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        said[case] = sorted(proc.stdout.splitlines())
+    assert said["same"] == ["loaded True"] * 2
+    assert len(said["differ"]) == 2 and all("ValueError: load_net refused on" in line or "differ" in line
+                                            for line in said["differ"]), said
+    assert len(said["none"]) == 2 and all(line.startswith("TypeError: load_net: net must be a fastckpt Network")
+                                          for line in said["none"]), said

@@ -15,7 +15,6 @@ machine split its cores: each runs BLAS on ``cores // ranks_on_the_machine``
 threads, since more would only spin against the other ranks.  Errors follow
 NOTE [ No rank waits forever ] (:mod:`fastckpt.parallel.mpi`).
 """
-import hashlib
 
 import numpy as np
 
@@ -25,7 +24,8 @@ from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner.strategies import Fit
 
-from .mpi import Group, RankTrainer, lab_loop
+from .mpi import Group, lab_loop
+from .rank_trainer import RankTrainer, digest
 
 MODE = "data parallel (--mpi)"
 EXCHANGE_BUFFERS = 3               # gradient-sized buffers of an update's reduce and broadcast, per rank
@@ -136,8 +136,8 @@ class MPITrainer(RankTrainer):
         return {"sizes": net.sizes, "dtype": net.dtype.name, "strategy": net.strategy, "loss": net.loss,
                 "l2": list(net.l2), "activation": list(net.activation),
                 "optimizer_in_backward": net.optimizer_in_backward, "optimizer": net.optimizer,
-                "optimizer state": f"{net.optimizer_state.steps} steps, sha256 " + _digest(net.optimizer_state.buffers),
-                "initial weights": "sha256 " + _digest([net.params.flat])}
+                "optimizer state": f"{net.optimizer_state.steps} steps, sha256 " + digest(net.optimizer_state.buffers),
+                "initial weights": "sha256 " + digest([net.params.flat])}
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
             verbose=True, progress=None, on_epoch=None, lr_schedule=None, first_epoch=0):
@@ -168,11 +168,3 @@ class MPITrainer(RankTrainer):
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, net.params.lock,
                         groups=groups, settings=settings, model=net, on_epoch=on_epoch,
                         progress=progress, lr_schedule=lr_schedule, first_epoch=first_epoch)
-
-
-def _digest(buffers):
-    """The first 16 hex digits of the SHA-256 of the buffers' bytes, in order."""
-    digest = hashlib.sha256()
-    for buf in buffers:
-        digest.update(buf)
-    return digest.hexdigest()[:16]

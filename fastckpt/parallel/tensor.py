@@ -69,7 +69,8 @@ from fastckpt.kernels import (
     sgd_step,
 )
 
-from .mpi import Group, RankTrainer, lab_loop, random_state
+from .mpi import Group, lab_loop, random_state
+from .rank_trainer import RankTrainer
 from .shards import Shard, split_layers
 
 MODE = "tensor parallel (--tensor-parallel)"

@@ -38,7 +38,8 @@ from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 
-from ..mpi import Group, RankTrainer, lab_loop, random_state
+from ..mpi import Group, lab_loop, random_state
+from ..rank_trainer import RankTrainer
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
 from .replicas import Replicas, check_replicas
 from .runner import StageRunner
