@@ -108,3 +108,12 @@ def test_a_resumed_run_keeps_its_schedule_and_may_change_it(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--lr-schedule", "cosine(0)"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "--lr-schedule" in bad.stderr and "cosine(epochs) must be >= 1, got 0" in bad.stderr
+
+
+def test_a_resume_past_a_stored_cosine_s_end_says_it_trains_at_eta_min(tmp_path):
+    _train("--epochs", "2", "--lr-schedule", "cosine", "--save", "c.npz", cwd=tmp_path)     # stored as cosine(2)
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--resume", "c.npz", "--epochs", "4", "--save",
+                           "c.npz"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 2, so epochs 2..3 " \
+           "train at 0; --lr-schedule 'cosine(4)' anneals over all 4" in proc.stderr, proc.stderr

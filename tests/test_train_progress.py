@@ -74,3 +74,28 @@ def test_a_progress_that_is_not_a_bar_or_a_callable_is_refused_before_training()
     with pytest.raises(ValueError, match=r"progress must be 'auto', True, False, None or a callable.*'yes'"):
         net.SGD((np.zeros((4, 4)), np.zeros((4, 2))), 1, 2, 1.0, progress="yes")
     assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))
+
+
+def test_the_bar_never_wraps_on_a_narrow_terminal():
+    """A bar wider than the terminal would wrap, and each redraw would leave a stale line behind."""
+    import fcntl
+    import struct
+    import termios
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))        # 40 columns
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT.format("")], stdout=subprocess.PIPE, stderr=side, text=True)
+    os.close(side)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(main)
+    drawn = shown.decode().split("\r")
+    assert proc.returncode == 0 and any("epoch 1/2 [" in part for part in drawn), drawn
+    assert max(len(part) for part in drawn) <= 39, max(drawn, key=len)

@@ -14,7 +14,7 @@ from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.planner import PlanTooCostly, parse_strategy
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import describe_sizes
-from fastckpt.planner.curves import depth_table, tradeoff
+from fastckpt.planner.curves import BATCH_LIMIT, depth_table, tradeoff
 from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import largest_batch
 from fastckpt.planner.strategies import format_bytes
@@ -194,7 +194,7 @@ def _print_analysis(args, rows, names, curve, skipped):
         print(f"\nthe largest batch whose training step fits {format_bytes(args.max_memory)}, by depth H")
         print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names))
         for r in rows:
-            print(f"{r['hidden_layers']:>4} " + " ".join(f"{r['largest_batch'].get(n) or '-':>22}" for n in names))
+            print(f"{r['hidden_layers']:>4} " + " ".join(f"{_at_least(r['largest_batch'].get(n)):>22}" for n in names))
     refused = {reason: None for r in rows for reason in r["refused"].values()}
     for reason in refused:
         print(f"- : {reason}")
@@ -202,6 +202,11 @@ def _print_analysis(args, rows, names, curve, skipped):
           "(% of a plain step)" + (f": skipped: {skipped}" if skipped else ""))
     for nbytes, extra in _thin(curve, 12):
         print(f"  {nbytes / 2**20:10.2f} MiB  {100 * extra:7.1f}%")
+
+
+def _at_least(batch):
+    """A largest batch as analyze shows it: ``-`` when none fits, ``≥N`` where the search stopped."""
+    return "-" if not batch else f"≥{batch}" if batch >= BATCH_LIMIT else str(batch)
 
 
 def _plot_analysis(args, rows, curve):

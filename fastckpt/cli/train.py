@@ -137,6 +137,12 @@ def train(args):
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward)
     if lead and note and not args.json and not args.pipeline:
         print(f"fastckpt train: note: {note}", file=sys.stderr)
+    schedule = parse_lr_schedule(run.lr_schedule)
+    if lead and state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
+        print(f"fastckpt train: note: the --resume file's --lr-schedule {schedule} reached its eta_min "
+              f"{schedule.eta_min:g} at epoch {schedule.epochs}, so epochs {schedule.epochs}..{args.epochs - 1} "
+              f"train at {schedule.eta_min:g}; --lr-schedule 'cosine({args.epochs})' anneals over all "
+              f"{args.epochs}", file=sys.stderr)
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
     done = state["epochs_done"] if state else 0

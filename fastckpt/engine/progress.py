@@ -1,4 +1,5 @@
 """Progress bars on stderr: ``compare``'s and ``train``'s per epoch, and ``SGD(progress=...)``'s."""
+import os
 import sys
 import time
 
@@ -19,10 +20,18 @@ class Progress:
             filled = int(30 * done / total)
             line = (f"\r{self.name:<16} epoch {epoch + 1}/{self.epochs} "
                     f"[{'#' * filled}{'.' * (30 - filled)}] {100 * done // total:3d}% "
-                    f"{time.perf_counter() - self.t0:.1f} s")
+                    f"{time.perf_counter() - self.t0:.1f} s")[:self._columns()]     # never wraps: \r redraws
             self.stream.write(line)
             self.stream.flush()
-            self.drawn = len(line)
+            self.drawn = len(line) - 1                 # the characters shown, the \r aside
+
+    def _columns(self):
+        """The terminal's width (the line's leading carriage return takes none), 80 when it cannot say."""
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            columns = 0
+        return max(2, columns or 80)             # a terminal of unknown size says 0
 
     def epoch_done(self, epoch, accuracy):
         line = (f"{self.name:<16} epoch {epoch + 1}/{self.epochs} test accuracy {accuracy:.4f} "

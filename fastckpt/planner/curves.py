@@ -59,8 +59,11 @@ def depth_table(depths, *, width=256, n_in=784, n_out=10, batch_size=100, dtype=
     return rows
 
 
+BATCH_LIMIT = 2**24      # analyze's largest batch: shown as "≥" when the search stops there
+
+
 def largest_step_batch(sizes, bound, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
-                       limit=2**20):
+                       limit=BATCH_LIMIT):
     """``(batch, plan)``: the largest batch (at most ``limit``) whose training step with ``strategy`` plans
     within ``bound`` bytes, or None when batch 1 does not.  A step's bytes grow with its batch, so a
     bisection finds it (tests/test_pays.py checks it against a scan)."""
