@@ -9,9 +9,14 @@ import pytest
 TRAIN = [sys.executable, "-m", "fastckpt", "train", "--sizes", "784,12,10", "--epochs", "2", "--batch-size", "50"]
 
 
-def _on_a_terminal(args):
-    """stderr on a pseudo-terminal; (stdout, what the terminal showed)."""
+def _on_a_terminal(args, columns=None):
+    """stderr on a pseudo-terminal (``columns`` wide, when given); (stdout, what the terminal showed)."""
     main, side = pty.openpty()
+    if columns is not None:
+        import fcntl
+        import struct
+        import termios
+        fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=side, text=True)
     os.close(side)
     shown = b""
@@ -78,24 +83,7 @@ def test_a_progress_that_is_not_a_bar_or_a_callable_is_refused_before_training()
 
 def test_the_bar_never_wraps_on_a_narrow_terminal():
     """A bar wider than the terminal would wrap, and each redraw would leave a stale line behind."""
-    import fcntl
-    import struct
-    import termios
-    main, side = pty.openpty()
-    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))        # 40 columns
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT.format("")], stdout=subprocess.PIPE, stderr=side, text=True)
-    os.close(side)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    out, _ = proc.communicate(timeout=120)
-    os.close(main)
-    drawn = shown.decode().split("\r")
-    assert proc.returncode == 0 and any("epoch 1/2 [" in part for part in drawn), drawn
+    _, shown = _on_a_terminal([sys.executable, "-c", SCRIPT.format("")], columns=40)
+    drawn = shown.split("\r")
+    assert any("epoch 1/2 [" in part for part in drawn), drawn
     assert max(len(part) for part in drawn) <= 39, max(drawn, key=len)

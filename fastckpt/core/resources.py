@@ -3,6 +3,8 @@ import resource
 
 import psutil
 
+from fastckpt.kernels import blas_core
+
 
 def free_bytes():
     """Bytes this process may still allocate: the machine's available memory, or less under ``ulimit -v``."""
@@ -13,13 +15,19 @@ def free_bytes():
     return free
 
 
+OPENBLAS_THREAD_BUFFER = 32 * 2**20   # OpenBLAS maps a buffer of BUFFER_SIZE (32 MiB) for each thread calling it
+
+
 def thread_address_space():
-    """The address space one more thread reserves under ``ulimit -v``: its stack (``ulimit -s``, 8 MiB when
-    unlimited, glibc's default); 0 without an address-space limit, where an untouched stack costs nothing."""
+    """The address space one more thread calling BLAS reserves under ``ulimit -v``: its stack (``ulimit -s``,
+    8 MiB when unlimited, glibc's default) and OpenBLAS's buffer for a calling thread (mapped on its first
+    call: where the address space runs out there, OpenBLAS ends the process); 0 without an address-space
+    limit, where untouched pages cost nothing."""
     if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
         return 0
     stack, _ = resource.getrlimit(resource.RLIMIT_STACK)
-    return 8 * 2**20 if stack == resource.RLIM_INFINITY else stack
+    blas = 0 if blas_core() == "mkl" else OPENBLAS_THREAD_BUFFER
+    return (8 * 2**20 if stack == resource.RLIM_INFINITY else stack) + blas
 
 
 def check_fits(nbytes, what, flag):
