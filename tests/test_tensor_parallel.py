@@ -40,10 +40,15 @@ BATCHES = [10, 10, 7, 16, 10]
 ETA = 3.0
 
 DRIVER = textwrap.dedent("""
-    import json, pathlib, sys
+    import json, pathlib, sys, traceback
     import numpy as np
     import fastckpt
     from fastckpt.parallel import TensorParallelTrainer
+
+    def one_write(kind, exc, tb):    # the ranks share stderr: a traceback in one write is never cut by another's
+        sys.stderr.write("".join(traceback.format_exception(kind, exc, tb)))
+        sys.stderr.flush()
+    sys.excepthook = one_write       # fastckpt's own hook chains in front of it
 
     spec = json.loads(sys.argv[1])
     out = pathlib.Path(spec["out"])
