@@ -25,7 +25,7 @@ def test_an_unknown_backend_is_refused_naming_it():
 
 
 def test_auto_takes_mkl_on_intel_cpus_when_installed_else_openblas():
-    from kernels.blas import _intel_cpu
+    from fastckpt.kernels.blas import _intel_cpu
     proc = _run("from fastckpt.kernels import blas_core; print(blas_core())", "auto")
     assert proc.returncode == 0, proc.stderr
     assert (proc.stdout.strip() == "mkl") == (_intel_cpu() and HAS_MKL), proc.stdout
