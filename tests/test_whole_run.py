@@ -170,3 +170,13 @@ def test_sgd_max_memory_counts_shuffled_copies_and_data_held_back_for_validation
                               bound=2**30, shuffled=bool(options.get("shuffle")),
                               held=held_arrays(held["training"], held["test"], options.get("validation")))
     assert _close(peak, predicted["total"]), (peak, predicted)
+
+
+def test_sgd_max_memory_takes_data_given_as_lists():
+    (x, y), test = fastckpt.load_mnist()
+    rows, labels = [r for r in x[:200]], list(y[:200])
+    for shuffle in (False, 3):
+        net = fastckpt.Network([784, 16, 10])
+        net.SGD((rows, labels), 1, 20, 0.1, verbose=False, max_memory="1GiB", shuffle=shuffle)
+        with pytest.raises(ValueError, match="max_memory 1MiB"):
+            net.SGD((rows, labels), 1, 20, 0.1, verbose=False, max_memory="1MiB", shuffle=shuffle)

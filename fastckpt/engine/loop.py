@@ -178,11 +178,11 @@ def pair(data, name):
 
 
 def held_arrays(training_data, test_data, validation):
-    """The arrays a run keeps, each counted whole: the training pair as given (also when a fraction of it
-    is held out for validation), the test pair, and a validation pair."""
+    """The arrays (or lists) a run keeps, each counted whole: the training pair as given (also when a
+    fraction of it is held out for validation), the test pair, and a validation pair."""
     found = list(pair(training_data, "training_data"))
     for extra, name in ((test_data, "test_data"), (validation if isinstance(validation, (tuple, list)) else None,
                                                      "validation")):
         if extra is not None:
             found += pair(extra, name)
-    return [a for a in found if hasattr(a, "nbytes")]
+    return found

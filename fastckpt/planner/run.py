@@ -58,8 +58,9 @@ SAVE_EXTRA = 64 * 1024     # the zip archive's buffers and the metadata of one s
 
 
 def data_bytes(*arrays):
-    """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes."""
-    return sum(int(a.nbytes) for a in arrays if a is not None)
+    """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes; for a list
+    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside)."""
+    return sum(int(a.nbytes if hasattr(a, "nbytes") else np.asarray(a).nbytes) for a in arrays if a is not None)
 
 
 def staged(a, dtype):
