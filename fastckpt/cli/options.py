@@ -15,6 +15,12 @@ TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float6
 #: ``train --pipeline``'s options when not given; without --pipeline they may not be given
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
 
+
+def pipeline_options(args):
+    """``--micro-batches``, ``--schedule``, ``--transport`` and ``--partition`` as given, else their defaults."""
+    return {key: default if getattr(args, key) is None else getattr(args, key)
+            for key, default in PIPELINE_DEFAULTS.items()}
+
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
               "activation memory) or fit(bytes) (a bound on the whole step)")
 TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g. 256MiB), as memray measures it "

@@ -24,7 +24,7 @@ from fastckpt.nets import load
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
-from .options import PIPELINE_DEFAULTS
+from .options import pipeline_options
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -38,8 +38,7 @@ def run_mode(args):
     """How ``args`` trains, as a --resume file records it: ``"on one process"`` (threads too: their sums
     follow the minibatch order), or the MPI mode with what shapes its sums."""
     if args.pipeline:
-        pipe = {key: default if getattr(args, key) is None else getattr(args, key)
-                for key, default in PIPELINE_DEFAULTS.items()}
+        pipe = pipeline_options(args)
         return (f"with --pipeline {args.pipeline}"
                 + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
                 + f" --micro-batches {pipe['micro_batches']} --schedule "

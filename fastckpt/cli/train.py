@@ -23,7 +23,7 @@ from fastckpt.planner.pays import does_not_pay
 from .bound import step_strategy
 from .data import check_trainable, load_data
 from .guard import RankGuard
-from .options import PIPELINE_DEFAULTS, TRAIN_DEFAULTS
+from .options import TRAIN_DEFAULTS, pipeline_options
 from .progress import TrainBar
 from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
 
@@ -168,8 +168,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
     ``resumed_net`` and its training ``state`` when resuming."""
     rng = np.random.get_state()                          # where a --resume file's run left it
     np.random.seed(run.seed)
-    pipe = {key: default if getattr(args, key) is None else getattr(args, key)
-            for key, default in PIPELINE_DEFAULTS.items()}
+    pipe = pipeline_options(args)
     net = {"activation": run.activation, "init": args.init, "optimizer": run.optimizer}
     if args.pipeline:
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
