@@ -63,16 +63,21 @@ def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(f
     common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "1024", "--data",
               str(fashion_shaped)]
     assert cli.main(["train", *common, "--epochs", "1", "--json"]) == 0                          # warm-up
-    for flags in (["--strategy", "plain"], ["--max-memory", "90MiB"]):   # plain's run needs 94.4 MiB, sqrt's 86.4
-        capsys.readouterr()
+    adam = ["--optimizer", "adam", "--strategy", "sqrt"]
+    for flags, extra in ((["--strategy", "plain"], []), (["--max-memory", "90MiB"], []), (adam, ["--eta", "0.001"])):
+        capsys.readouterr()                               # plain's run needs 94.4 MiB, sqrt's 86.4
         assert cli.main(["plan", *common, "--epochs", "1", *flags, "--json"]) == 0
         planned = json.loads(capsys.readouterr().out)
-        peak = memray_peak(lambda flags=flags: cli.main(["train", *common, "--epochs", "1", *flags, "--json"]))
+        peak = memray_peak(lambda flags=flags, extra=extra: cli.main(["train", *common, "--epochs", "1", *flags,
+                                                                       *extra, "--json"]))
         trained = json.loads(capsys.readouterr().out)
         assert trained["strategy"] == planned["strategy"]
         assert _close(peak, planned["whole_run"]["total"]), (peak, planned["whole_run"])
         if flags[0] == "--max-memory":
             assert planned["recompute_factor"] > 1 and peak <= 90 * MiB, (peak, planned)
+        if flags is adam:                                 # Adam's two moments are in the plan and the run
+            assert planned["bytes"]["optimizer_state"] == 2 * planned["bytes"]["parameters"] > 0
+            assert planned["whole_run"]["step: optimizer_state"] == planned["bytes"]["optimizer_state"]
 
 
 @pytest.mark.parametrize("strategy,fused", [("plain", False), ("sqrt", False), ("sqrt", True)])
@@ -101,6 +106,15 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
         batch = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
                               optimizer_in_backward=row["optimizer_in_backward"])[0]
         assert row["batch"] == batch, row
+    assert cli.main(["plan", "--sizes", "784,64,64,10", "--max-memory", "40MiB", "--max-batch", "--epochs", "1",
+                     "--optimizer", "adam", "--json"]) == 0
+    adam = json.loads(capsys.readouterr().out)
+    assert adam["optimizer"] == "adam"
+    for row, sgd in zip(adam["largest"], rows):
+        batch, p, parts = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
+                                        optimizer_in_backward=row["optimizer_in_backward"], optimizer="adam")
+        assert (row["batch"], row["whole_run_bytes"]) == (batch, parts["total"]) and row["batch"] < sgd["batch"]
+        assert parts["step: optimizer_state"] == 2 * p.bytes()["parameters"]
     assert cli.main(["plan", "--max-batch"]) == 2
     assert "--max-batch finds the largest batch that fits --max-memory BYTES" in capsys.readouterr().err
 

@@ -81,15 +81,16 @@ def show_plan(args):
     run = whole = None
     if args.data is not None:
         run = SimpleNamespace(sizes=args.sizes, batch_size=args.batch_size, dtype=args.dtype, strategy=args.strategy,
-                              sgd_in_backward=args.sgd_in_backward, optimizer="sgd")
+                              sgd_in_backward=args.sgd_in_backward, optimizer=args.optimizer)
         training, test = load_data(args.data, args.sizes)
         if args.max_memory is not None:
             run.strategy = step_strategy(run, training, test, args.epochs, False)
         whole = whole_run(run, training, test, args.epochs, False)
     strategy = args.strategy if run is None else run.strategy
-    p = make_plan(args.sizes, args.batch_size, args.dtype, strategy, optimizer_in_backward=args.sgd_in_backward)
+    p = make_plan(args.sizes, args.batch_size, args.dtype, strategy, optimizer_in_backward=args.sgd_in_backward,
+                  optimizer=args.optimizer)
     note = does_not_pay(args.sizes, args.batch_size, args.dtype, strategy,
-                        optimizer_in_backward=args.sgd_in_backward)
+                        optimizer_in_backward=args.sgd_in_backward, optimizer=args.optimizer)
     if args.json:
         print(json.dumps({"sizes": list(p.sizes), "batch_size": p.batch_size, "dtype": p.dtype.name,
                           "strategy": str(p.strategy), "optimizer_in_backward": p.optimizer_in_backward,
@@ -114,17 +115,19 @@ def show_max_batch(args):
     for strategy in ("plain", "every_nth(2)", "sqrt"):
         for fused in (False, True):
             found = largest_batch(args.sizes, args.max_memory, training, test, dtype=args.dtype, strategy=strategy,
-                                  epochs=args.epochs, optimizer_in_backward=fused)
+                                  epochs=args.epochs, optimizer_in_backward=fused, optimizer=args.optimizer)
             batch, p, parts = found if found else (None, None, None)
             rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
                          "recompute_factor": p.recompute_factor if p else None,
                          "whole_run_bytes": parts["total"] if parts else None})
     if args.json:
         print(json.dumps({"max_memory": args.max_memory, "sizes": list(args.sizes), "dtype": args.dtype,
-                          "epochs": args.epochs, "data": args.data, "largest": rows}, indent=2))
+                          "optimizer": args.optimizer, "epochs": args.epochs, "data": args.data, "largest": rows},
+                         indent=2))
         return 0
     print(f"the largest batch whose whole train run ({args.epochs} epochs on {args.data or 'the embedded digits'}) "
-          f"fits {format_bytes(args.max_memory)}, {describe_sizes(args.sizes)} in {args.dtype}:")
+          f"fits {format_bytes(args.max_memory)}, {describe_sizes(args.sizes)} in {args.dtype}"
+          + ("" if args.optimizer == "sgd" else f", {args.optimizer}") + ":")
     print(f"  {'strategy':<14}{'update':<22}{'batch':>7}{'recompute':>11}{'whole run MiB':>15}")
     for r in rows:
         update = "optimizer in backward" if r["optimizer_in_backward"] else "gradients kept"

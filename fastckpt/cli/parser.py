@@ -82,6 +82,13 @@ def _sgd_in_backward(p, verb="plan for", default=False):
                         + (", or the --resume file's)" if default is None else ")"))
 
 
+def _optimizer(p, default="sgd"):
+    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default=default,
+                   help="the update, with PyTorch's defaults; --eta is its learning rate (adam wants ~0.001); its "
+                        "state (velocity, or Adam's two moments) is planned with the parameters (default: sgd, the "
+                        "lab's" + (", or the --resume file's)" if default is None else ")"))
+
+
 # -- the commands -------------------------------------------------------------------------------
 def _compare(p):
     _common(p)
@@ -104,6 +111,7 @@ def _plan(p):
     _common(p)
     _strategy(p, "every_nth(2)")
     _sgd_in_backward(p)
+    _optimizer(p)
     p.add_argument("--data", default=None,
                    help="also predict train's whole run on this data, part by part; --max-memory then bounds the "
                         "whole run as in train (" + DATA_HELP.split(" (")[0] + "; default: the step only)")
@@ -163,9 +171,7 @@ def _train(p):
     p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default="lab",
                    help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
                         "on fan_in (he, PyTorch's kaiming_normal_) (default: lab)")
-    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default=None,
-                   help="the update, with PyTorch's defaults; --eta is its learning rate (adam wants ~0.001) "
-                        "(default: sgd, the lab's, or the --resume file's)")
+    _optimizer(p, None)
     p.add_argument("--lr-schedule", type=o.lr_schedule, default=None, metavar="SCHEDULE",
                    help="--eta per epoch: constant, step(N[, gamma]) (times gamma, 0.1 by default, every N epochs) or "
                         "cosine[(T[, eta_min])] (down to eta_min over T epochs, by default all of --epochs), "

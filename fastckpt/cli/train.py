@@ -134,7 +134,8 @@ def train(args):
                       max_memory=args.max_memory)               # one process: the bound is the whole run's
     elif state is not None and args.max_memory is not None:     # the file's bound (checked): kept for the next resume
         run = replace(run, max_memory=args.max_memory)
-    note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward)
+    note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
+                        optimizer=run.optimizer)
     if lead and note and not args.json and not args.pipeline:
         print(f"fastckpt train: note: {note}", file=sys.stderr)
     schedule = parse_lr_schedule(run.lr_schedule)

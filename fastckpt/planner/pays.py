@@ -19,17 +19,20 @@ from .strategies import Budget, Fit, Plain, parse_strategy
 LARGEST = 2**24        # batches searched: beyond this a step's activations outgrow any machine
 
 
-def saving(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False):
+def saving(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False, optimizer="sgd"):
     """(bytes plain's step holds minus ``strategy``'s, ``strategy``'s plan) at ``batch_size``."""
-    mine = make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
-    plain = make_plan(sizes, batch_size, dtype, "plain", optimizer_in_backward=optimizer_in_backward)
+    mine = make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
+                     optimizer=optimizer)
+    plain = make_plan(sizes, batch_size, dtype, "plain", optimizer_in_backward=optimizer_in_backward,
+                      optimizer=optimizer)
     return plain.bytes()["total"] - mine.bytes()["total"], mine
 
 
-def pays_from(sizes, dtype, strategy, *, optimizer_in_backward=False, largest=LARGEST):
+def pays_from(sizes, dtype, strategy, *, optimizer_in_backward=False, optimizer="sgd", largest=LARGEST):
     """The least batch at which ``strategy`` holds fewer bytes than plain, or None up to ``largest``."""
     def saves(b):
-        return saving(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward)[0] > 0
+        return saving(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
+                      optimizer=optimizer)[0] > 0
     high = 1
     while not saves(high):
         if high >= largest:
@@ -42,7 +45,7 @@ def pays_from(sizes, dtype, strategy, *, optimizer_in_backward=False, largest=LA
     return high
 
 
-def does_not_pay(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False):
+def does_not_pay(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=False, optimizer="sgd"):
     """One line when ``strategy`` recomputes at ``batch_size`` but saves no bytes over plain, naming the batch
     from which it saves (and, without the optimizer in backward, the batch with it); else None.
 
@@ -50,16 +53,17 @@ def does_not_pay(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=Fa
     strategy = parse_strategy(strategy)
     if isinstance(strategy, (Plain, Budget, Fit)):
         return None
-    saved, mine = saving(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+    saved, mine = saving(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
+                         optimizer=optimizer)
     if saved > 0 or mine.recompute_factor <= 1:
         return None
-    start = pays_from(sizes, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+    start = pays_from(sizes, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
     why = "" if optimizer_in_backward else " (the activations fit in the gradient buffers)"
     line = (f"{strategy} saves no memory over plain for {describe_sizes(sizes)} at batch {batch_size}{why} and "
             f"runs {100 * mine.extra_flop_fraction:.0f}% more FLOPs; "
             + (f"it saves from batch {start}" if start else f"it saves nothing at any batch up to {LARGEST}"))
     if not optimizer_in_backward:
-        fused = pays_from(sizes, dtype, strategy, optimizer_in_backward=True)
+        fused = pays_from(sizes, dtype, strategy, optimizer_in_backward=True, optimizer=optimizer)
         if fused is not None and (start is None or fused < start):
             line += f", or from batch {fused} with the optimizer in backward (--sgd-in-backward)"
     return line

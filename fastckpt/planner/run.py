@@ -99,7 +99,7 @@ def run_bytes(plan, training, test=None, *, updates, save=False):
 
 
 def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
-                  optimizer_in_backward=False, save=False):
+                  optimizer_in_backward=False, optimizer="sgd", save=False):
     """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
     as ``(batch, plan, parts)`` (:func:`run_bytes`), or None when not even batch 1 fits.
 
@@ -109,7 +109,7 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
     n = len(training[0])
 
     def run(b):
-        p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward)
+        p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
         return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save)
 
     def fits(b):
