@@ -84,6 +84,40 @@ def test_under_mkl_training_is_right_bit_identical_across_strategies_and_memray_
     assert abs(got["peak"] - got["plan"]["total"]) <= 256 * 1024, (got["peak"], got["plan"])
 
 
+_BOUNDS_UNDER_MKL = r"""
+import json
+import numpy as np
+import fastckpt
+from fastckpt.cli import app
+x, y = np.zeros((64, 20)), np.zeros((64, 3))
+try:
+    fastckpt.Network([20, 8, 3]).SGD((x, y), 1, 8, 0.1, verbose=False, max_memory="64MiB")
+    print(json.dumps("trained"))
+except ValueError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+
+@needs_mkl
+@pytest.mark.parametrize("how", ["python", "train", "max-batch"])
+def test_under_mkl_a_bound_on_the_whole_run_is_refused_naming_it(how):
+    """NOTE [ MKL's own buffers ]: MKL's GEMM buffers are outside any plan, so a whole-run bound is refused, not
+    broken in silence."""
+    if how == "python":
+        proc = _run(_BOUNDS_UNDER_MKL, "mkl")
+        assert proc.returncode == 0, proc.stderr
+        said = json.loads(proc.stdout.splitlines()[-1])
+        assert said.startswith("max_memory 64MiB: a bound on the whole run holds with OpenBLAS only; MKL"), said
+        return
+    args = ["train", "--epochs", "1"] if how == "train" else ["plan", "--max-batch"]
+    env = dict(os.environ, FASTCKPT_BLAS="mkl")
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", *args, "--max-memory", "64MiB"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    said = f"fastckpt {args[0]}: error: --max-memory 64MiB: a bound on the whole run holds with OpenBLAS only"
+    assert proc.returncode == 2 and proc.stderr.startswith(said), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "FASTCKPT_BLAS=openblas" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("entry", [["-m", "fastckpt", "plan"], ["-c", "import sys; from fastckpt.cli import main; "
                                                                       "sys.exit(main(['--version']))"]])
 def test_the_command_line_says_a_bad_backend_in_one_line(entry):

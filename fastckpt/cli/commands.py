@@ -16,7 +16,7 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import describe_sizes
 from fastckpt.planner.curves import BATCH_LIMIT, depth_table, tradeoff
 from fastckpt.planner.pays import does_not_pay
-from fastckpt.planner.run import largest_batch
+from fastckpt.planner.run import largest_batch, refuse_under_mkl
 from fastckpt.planner.strategies import format_bytes
 from fastckpt.report import compare as report
 from fastckpt.report.flame import write_peak_picture
@@ -110,6 +110,7 @@ def show_max_batch(args):
     """``plan --max-memory B --max-batch``: per strategy and update, the largest batch whose whole run fits B."""
     if args.max_memory is None:
         raise ValueError("--max-batch finds the largest batch that fits --max-memory BYTES: give --max-memory")
+    refuse_under_mkl("--max-memory", args.max_memory)
     training, test = load_data(args.data, args.sizes)
     rows = []
     for strategy in ("plain", "every_nth(2)", "sqrt"):

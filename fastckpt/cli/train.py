@@ -19,6 +19,7 @@ from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorP
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.pays import does_not_pay
+from fastckpt.planner.run import refuse_under_mkl
 
 from .bound import step_strategy
 from .data import check_trainable, load_data
@@ -88,6 +89,8 @@ def modes_of(args):
         flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
         raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
                          "or use --pipeline P with checkpointing inside every stage")
+    if args.max_memory is not None:
+        refuse_under_mkl("--max-memory", args.max_memory)
     if args.force and args.save is None:
         raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
     if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):

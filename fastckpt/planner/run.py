@@ -106,6 +106,7 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
     The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
     grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
     from .plan import plan as make_plan
+    refuse_under_mkl("bound", bound)
     n = len(training[0])
 
     def run(b):
@@ -125,6 +126,23 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
     return (high, *run(high))
 
 
+# NOTE [ MKL's own buffers ]
+# MKL (FASTCKPT_BLAS=mkl) keeps the packing buffers of its GEMMs for the life of the process and grows them when
+# a larger GEMM shape first runs: on a 2-core AMD EPYC Zen 5 (MKL 2026.2, 2 threads), the forward GEMM
+# (m x 256) @ (256 x 256)^T took 0.8 MB at m = 64, 3.2 MB at 1,024 and 21.6 MB from 16,384 rows; a (10 x 40) @
+# (40 x 64)^T took 52 KB or 104 KB by how the two threads met.  Their sizes follow rules of MKL's own that are not
+# published and depend on thread timing, so the step's plan counts none of them (exact once the process has run
+# the step's shapes: tests/test_blas_backends.py), and a bound on the whole run cannot be kept: it is refused.
+def refuse_under_mkl(name, bound):
+    """A ValueError naming ``name`` when the kernels call MKL, whose buffers no plan can bound
+    (NOTE [ MKL's own buffers ])."""
+    if current_blas_core() == "mkl":
+        from .strategies import format_bytes
+        raise ValueError(f"{name} {format_bytes(bound)}: a bound on the whole run holds with OpenBLAS only; MKL "
+                         "(FASTCKPT_BLAS=mkl) keeps GEMM buffers of its own, megabytes that no plan can count; run "
+                         "with FASTCKPT_BLAS=openblas to bound the run")
+
+
 def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
                 optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
@@ -133,6 +151,7 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     ``name`` and each part when the run cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
+    refuse_under_mkl(name, bound)
 
     def planned(strategy):
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
@@ -167,6 +186,7 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
     ``training`` and ``test``; ``shuffled``: each minibatch is first copied out of the data in a new order."""
     from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
+    refuse_under_mkl(name, bound)
     parts = run_bytes(plan, training, test, updates=updates)
     extra = (data_bytes(*held) - parts["data"] if held is not None else 0) + \
         (data_bytes(training[0][:plan.batch_size], training[1][:plan.batch_size]) if shuffled else 0)
