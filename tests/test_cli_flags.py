@@ -10,6 +10,9 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
 @pytest.mark.parametrize("flags, said", [
     (["--micro-batches", "3"], "--micro-batches is an option of --pipeline P; without --pipeline it would change"),
     (["--schedule", "1f1b"], "--schedule is an option of --pipeline P"),
+    (["--data-parallel", "2"], "--data-parallel is an option of --pipeline P or --tensor-parallel; without them it "
+                               "would change nothing"),
+    (["--mpi", "--data-parallel", "2"], "--data-parallel is an option of --pipeline P or --tensor-parallel"),
     (["--transport", "int8"], "--transport is an option of --pipeline P"),
     (["--partition", "2,1"], "--partition is an option of --pipeline P"),
     (["--mpi", "--transport", "float16"], "--transport is an option of --pipeline P"),

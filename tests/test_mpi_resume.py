@@ -14,11 +14,12 @@ NET = ["--sizes", "784,32,24,10", "--activation", "relu", "--init", "he", "--opt
        "--batch-size", "40", "--loss", "cross_entropy", "--lr-schedule", "step(1, 0.5)", "--json"]
 MODES = {"mpi": ["--mpi"], "pipeline": ["--pipeline", "2", "--micro-batches", "2", "--schedule", "1f1b"],
          "tensor": ["--tensor-parallel"],
-         "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2"]}     # on 4 ranks
+         "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2"],     # on 4 ranks
+         "tensor_grid": ["--tensor-parallel", "--data-parallel", "2"]}                     # on 4 ranks
 
 
 def _train(mode, *args):
-    ranks = "4" if mode == "grid" else "2"
+    ranks = "4" if mode in ("grid", "tensor_grid") else "2"
     proc = subprocess.run([MPIEXEC, "-n", ranks, *TRAIN, *NET, *MODES[mode], *args], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

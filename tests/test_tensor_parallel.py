@@ -60,7 +60,7 @@ DRIVER = textwrap.dedent("""
         batches = case.pop("batches")
         y_scale, repeat = case.pop("y_scale", None) or [1.0] * len(batches), case.pop("repeat", 1)
         trainer = TensorParallelTrainer(**case)
-        rank = trainer.rank
+        rank = trainer.group.rank                            # the world rank (the shard's with one replica)
         eta = spec.get("eta_of_rank", {}).get(str(rank), eta)
         if str(rank) in spec.get("refuse_on_rank", ()):      # this rank's step is refused, as by an overflow
             import fastckpt.parallel.tensor as tp
@@ -210,6 +210,57 @@ def test_bytes_per_update_and_predicted_memory(trained, name):
     assert sum(int(saved["pred parameters"]) for saved in results[name]) == item * (weights + biases)
 
 
+# D replicas x T shards on 4 ranks (NOTE [ Tensor x data ] in fastckpt/parallel/tensor.py)
+GRID = {
+    "lab_2x2": dict(sizes=[784, 40, 30, 10], data_parallel=2),
+    "l2_2x2": dict(sizes=[784, 40, 30, 10], loss="cross_entropy", l2=[1e-3, 0.0, 2e-2], data_parallel=2),
+    "adam_2x2": dict(sizes=[33, 9, 6, 5, 3], optimizer="adam", activation="relu", init="he", eta=0.01,
+                     data_parallel=2),
+    "lab_4x1": dict(sizes=[784, 40, 30, 10], data_parallel=4),
+}
+
+
+@pytest.fixture(scope="module")
+def grid(driver, tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid")
+    cases = {name: dict(case, batches=BATCHES) for name, case in GRID.items()}
+    code, _, err, _ = run(driver, 4, {"out": str(out), "cases": cases})
+    assert code == 0, err
+    return {name: [dict(np.load(out / f"{name}.rank{r}.npz")) for r in range(4)] for name in GRID}
+
+
+@pytest.mark.parametrize("name", list(GRID))
+def test_a_tensor_x_data_grid_trains_as_one_process(grid, name):
+    args = dict(GRID[name])
+    args.pop("data_parallel")
+    eta = args.pop("eta", ETA)
+    np.random.seed(0)
+    net = fastckpt.Network(args.pop("sizes"), **args)
+    saved = grid[name][0]
+    start, losses = 0, []
+    for size in BATCHES:
+        net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size], eta)
+        losses.append(net.last_loss)
+        start += size
+    n = len(net.weights)
+    for mine in grid[name]:                               # every rank gathers the same net, one process's
+        for got, want in zip(layers(mine, "w", n) + layers(mine, "b", n), list(net.weights) + list(net.biases)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(mine["losses"], losses, rtol=1e-12)
+    replicas = GRID[name]["data_parallel"]
+    shards = 4 // replicas
+    grad = int(saved["pred gradients"])
+    assert int(saved["pred comm buffers"]) >= grad > 0
+    per_replica = -(-BATCHES[-1] // replicas)             # the last update's rows on each replica
+    sizes = GRID[name]["sizes"]
+    assert saved["bytes_per_update"] >= (grad + 8) * 2 * (replicas - 1) // replicas
+    if shards == 1:                                       # no tensor messages: the gradient's sum alone
+        assert int(saved["bytes_per_update"]) == (grad + 8) * 2 * (replicas - 1) // replicas
+        row_split_0 = (len(sizes) - 2) % 2 == 0           # layer 0 keeps its slice of x (here all of it)
+        assert int(saved["pred activations"]) == 8 * per_replica * (
+            sum(sizes[1:]) + 2 * max(sizes[1:]) + sizes[0] * row_split_0) + 8 * max(sizes[1:])
+
+
 def test_a_non_finite_loss_is_a_floating_point_error_on_every_rank_with_weights_unchanged(driver, tmp_path):
     scales = [1.0, 1e200, 1.0, 1.0, 1.0]                 # (a - y)^2 overflows at the second update
     case = dict(CASES["lab"], batches=BATCHES, y_scale=scales)
@@ -294,15 +345,21 @@ def test_a_dying_rank_ends_the_run_within_bounded_time(driver, tmp_path):
 
 @needs_mpi
 @pytest.mark.parametrize("net", [[], ["--activation", "tanh", "--init", "xavier", "--optimizer", "momentum",
-                                      "--sizes", "784,48,32,24,10"]], ids=["lab", "tanh-xavier-momentum"])
+                                      "--sizes", "784,48,32,24,10"], ["--data-parallel", "2"]],
+                         ids=["lab", "tanh-xavier-momentum", "2x2-grid"])
 def test_cli_tensor_parallel_trains_like_one_process(tmp_path, net):
     outs = [tmp_path / "tp.npz", tmp_path / "one.npz"]
     # 10 updates: over hundreds, summation-order differences grow chaotically in one process too
     train = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1", "--batch-size", "400", "--loss",
              "cross_entropy", "--l2", "0.001", "--json", *net, "--save"]
-    proc = subprocess.run([MPIEXEC, "-n", "2", *train, str(outs[0]), "--tensor-parallel"], capture_output=True,
-                          text=True, timeout=300)
+    grid = "--data-parallel" in net
+    proc = subprocess.run([MPIEXEC, "-n", "4" if grid else "2", *train, str(outs[0]), "--tensor-parallel"],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    if grid:
+        said = json.loads(proc.stdout)
+        assert (said["tensor_parallel"], said["data_parallel"]) == (2, 2), said
+        train = [arg for arg in train if arg not in ("--data-parallel", "2")]
     one = subprocess.run([*train, str(outs[1])], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
     assert_same_saved_net(*outs)

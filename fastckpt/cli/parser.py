@@ -206,7 +206,8 @@ def _train_parallel(p):
                         "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
     p.add_argument("--data-parallel", type=o.positive, default=None, metavar="D",
                    help="with --pipeline P: D replicas of the pipeline on D x P ranks, each taking 1/D of every "
-                        "mini-batch, their gradients summed per stage (default: 1)")
+                        "mini-batch, their gradients summed per stage; with --tensor-parallel: D replicas of the "
+                        "net split over 1/D of the ranks each, their gradients summed per shard (default: 1)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
                    help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"], default=None,

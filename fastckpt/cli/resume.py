@@ -46,7 +46,10 @@ def run_mode(args):
                 + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))
     if args.tensor_parallel or args.mpi:
         ranks = launched_ranks()
-        return f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'} on {ranks} rank{'s' * (ranks > 1)}"
+        grid = f" --data-parallel {args.data_parallel}" if args.tensor_parallel and (args.data_parallel or 1) > 1 \
+            else ""
+        return (f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'}{grid} on {ranks} "
+                f"rank{'s' * (ranks > 1)}")
     return "on one process"
 
 

@@ -82,9 +82,11 @@ def modes_of(args):
         given = [flag for flag, key in (("--micro-batches", "micro_batches"), ("--schedule", "schedule"),
                                         ("--partition", "partition"), ("--transport", "transport"),
                                         ("--data-parallel", "data_parallel"))
-                 if getattr(args, key) is not None]
+                 if getattr(args, key) is not None and not (key == "data_parallel" and args.tensor_parallel)]
         if given:
-            raise ValueError(f"{given[0]} is an option of --pipeline P; without --pipeline it would change nothing")
+            also = " or --tensor-parallel" if given[0] == "--data-parallel" else ""
+            raise ValueError(f"{given[0]} is an option of --pipeline P{also}; without "
+                             f"{'them' if also else '--pipeline'} it would change nothing")
     if args.tensor_parallel and (args.max_memory is not None or str(args.strategy or "plain") != "plain"):
         flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
         raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
@@ -125,6 +127,10 @@ def train(args):
         shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
             f"--pipeline {args.pipeline}"
         raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
+                         f"got {guard.ranks}")
+    if args.tensor_parallel and guard.ranks % replicas:
+        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
+                         f"({replicas} replicas of the net split over the same number of ranks each), "
                          f"got {guard.ranks}")
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
@@ -180,7 +186,8 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                             partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size,
                             data_parallel=args.data_parallel or 1, **net)
     else:
-        trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2, **net)
+        trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2,
+                            data_parallel=args.data_parallel or 1, **net)
     before, updates_before, done = ([], 0, 0) if state is None else \
         (list(state["accuracies"]), state["updates_done"], state["epochs_done"])
     if resumed_net is not None:
@@ -207,6 +214,8 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                        micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
                        partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())
+    else:
+        workers.update(tensor_parallel=trainer.ranks, data_parallel=trainer.data_parallel)
     return times, before + list(trainer.accuracies), workers
 
 

@@ -27,6 +27,15 @@ of N bytes counts as a bandwidth-optimal one (ring, Rabenseifner) sends: ``2 (R 
 N on 2 ranks (MPICH's recursive doubling, for small messages on more ranks, sends ``log2(R) N``).
 The lab's [784, 40, 30, 10] at B = 10 on 2 ranks sends 7,200 bytes; data parallelism sends its 263,520 bytes twice.
 
+NOTE [ Tensor x data ]
+With ``data_parallel=D`` the ``D x T`` ranks hold ``D`` replicas of the net split ``T`` ways: world rank
+``r`` is shard ``r % T`` of replica ``r // T`` (the numbering of pipeline replicas,
+:mod:`fastckpt.parallel.pipeline.replicas`).  The shards of a replica split the layers over their own
+communicator; replica ``d`` takes rows ``[B d / D, B (d + 1) / D)`` of every minibatch, scales its gradients
+by ``1 / B`` and adds the L2 term on replica 0 only; then each shard sums its gradient over its replicas
+(one ``Allreduce`` on the same shard of every replica) and steps.  The loss is the replicas' row-weighted
+sum, one more ``Allreduce`` of a float64, so it is the same on every rank.
+
 NOTE [ Errors on every rank ]
 As in NOTE [ No rank waits forever ] (:mod:`fastckpt.parallel.mpi`), an error is shared (raised
 on every rank at one point) or this rank's alone, which ends the job.
@@ -49,7 +58,6 @@ from fastckpt.core.checks import (
     check_eta,
     check_finite,
     check_l2,
-    check_positive_int,
     check_sizes,
 )
 from fastckpt.core.init import check_init, draw
@@ -70,13 +78,15 @@ from fastckpt.kernels import (
 )
 
 from .mpi import Group, lab_loop, random_state
+from .pipeline.replicas import Replicas, check_replicas
 from .rank_trainer import RankTrainer
 from .shards import Shard, split_layers
+from .tensor_bytes import TensorBytes
 
 MODE = "tensor parallel (--tensor-parallel)"
 
 
-class TensorParallelTrainer(RankTrainer):
+class TensorParallelTrainer(TensorBytes, RankTrainer):
     """An MLP whose layers are split across the ranks of ``comm``, trained by its optimizer (the lab's SGD).
 
     Made on every rank after the same ``np.random.seed``, it starts from the weights
@@ -97,29 +107,36 @@ class TensorParallelTrainer(RankTrainer):
         ``MPI.COMM_WORLD`` by default.
     activation, init, optimizer
         As for :class:`~fastckpt.nets.network.Network`.
+    data_parallel : int, optional
+        ``D`` replicas of the split net on ``D x T`` ranks (NOTE [ Tensor x data ]); ``rank`` and ``ranks``
+        are then this rank's shard and the shards of one replica.
     """
 
     def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None, activation="sigmoid",
-                 init="lab", optimizer="sgd"):
+                 init="lab", optimizer="sgd", data_parallel=1):
         self.group = Group(comm)
-        self.MPI, self.comm = self.group.MPI, self.group.comm
-        self.rank, self.ranks = self.group.rank, self.group.size
-        self.group.agree(self._checked(sizes, dtype, loss, l2, activation, init, optimizer),
+        self.MPI = self.group.MPI
+        self.group.agree(self._checked(sizes, dtype, loss, l2, activation, init, optimizer, data_parallel),
                          "TensorParallelTrainer arguments")
+        self.replicas = Replicas(self.group, self.data_parallel)       # NOTE [ Tensor x data ]
+        self.comm = self.replicas.pipe.comm                             # this replica's shards
         with self.group.errors():                             # NOTE [ Errors on every rank ]
             self.blas_threads = self.group.share_cores()
             self._init_params()
         self._scratch = np.empty(max(self.sizes[1:]), dtype=np.float64)
-        self._penalty_sum = np.zeros(1, dtype=np.float64)
+        self._penalty_sum, self._loss_sum = np.zeros(1, dtype=np.float64), np.zeros(1, dtype=np.float64)
         self._no_delta = np.empty((0, 1), dtype=self.dtype)  # layer 0 has no delta below it
         self._cap = self._batch_size = 0                     # buffers' batch size; last update's
         self._staging = Staging(0, self.dtype)
         self.last_loss = None
         self.accuracies = []
 
-    def _checked(self, sizes, dtype, loss, l2, activation, init, optimizer):
+    def _checked(self, sizes, dtype, loss, l2, activation, init, optimizer, data_parallel):
         """The arguments checked on this rank: the settings every rank must share, or the error."""
         try:
+            self.data_parallel = check_replicas(data_parallel, self.group.size)
+            self.ranks = self.group.size // self.data_parallel
+            self.rank = self.group.rank % self.ranks                       # Replicas' numbering
             self.sizes, self.dtype = list(check_sizes(sizes)), check_dtype(dtype)
             self.loss, self.l2 = check_loss(loss), check_l2(l2, len(self.sizes) - 1)
             self.activation = check_activation(activation, len(self.sizes) - 1)
@@ -131,7 +148,7 @@ class TensorParallelTrainer(RankTrainer):
         self._widths = [0] + [r1 - r0 for (r0, r1), _ in self._slices]      # this rank's width of a[1..L]
         return {"mode": MODE, "sizes": self.sizes, "dtype": self.dtype.name, "loss": loss, "l2": list(self.l2),
                 "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
-                "np.random state (seed every rank alike)": random_state()}
+                "data_parallel": self.data_parallel, "np.random state (seed every rank alike)": random_state()}
 
     def _init_params(self):
         """This rank's slices (:class:`~fastckpt.parallel.shards.Shard`), drawn as ``Network(sizes, init=...)``
@@ -166,14 +183,16 @@ class TensorParallelTrainer(RankTrainer):
         with self.group.errors() as errors:
             errors.shared = (ValueError, TypeError)           # agreed: raised on every rank alike
             x, y, eta = self.group.minibatch(self._minibatch, x, y, eta)
-            self._buffers(x.shape[0])
-            errors.shared = ()
             batch = x.shape[0]
-            a0, loss = self._forward(x, y)
+            r0, r1 = self.replicas.rows(batch)
+            self._buffers(self.replicas.largest(batch))
+            errors.shared = ()
+            a0, loss = self._forward(x[r0:r1], y[r0:r1], batch)
             if not np.isfinite(loss):
                 errors.shared = FloatingPointError            # output and penalty are the same on every rank
                 raise FloatingPointError(f"the loss is {loss} (non-finite); weights left unchanged")
-            self._backward(a0, batch)
+            self._backward(a0, r1 - r0, batch)
+            self.replicas.sum(self._grad, self.MPI)          # each shard over its replicas
             if self.optimizer.slots:                          # the state of this rank's slices beside them
                 self.optimizer_state.apply(self.shard, self._grad, eta)
             elif not sgd_step(self._flat, self._grad, eta, self._blocks):
@@ -183,6 +202,9 @@ class TensorParallelTrainer(RankTrainer):
 
     def _minibatch(self, x, y, eta):
         x, y = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
+        if x.shape[0] < self.data_parallel:
+            raise ValueError(f"a minibatch of {x.shape[0]} samples cannot give each of the {self.data_parallel} "
+                             "replicas a row")
         for arr, name in ((x, "x"), (y, "y")):
             check_finite(arr, name)
         return x, y, check_eta(eta)
@@ -210,8 +232,9 @@ class TensorParallelTrainer(RankTrainer):
         width = self._widths[layer + 1]
         return self._deltas[layer % 2][:batch * width].reshape(batch, width)
 
-    def _forward(self, x, y):
-        """Forward over every layer and the loss delta; returns (layer 0's input, mean loss + penalty)."""
+    def _forward(self, x, y, total=None):
+        """Forward over every layer and the loss delta; returns (layer 0's input, mean loss + penalty), the
+        loss that of the whole minibatch of ``total`` rows, over the replicas, when given."""
         batch, n_layers = x.shape[0], len(self._w)
         penalty = self._penalty()
         a = a0 = x
@@ -230,16 +253,21 @@ class TensorParallelTrainer(RankTrainer):
             a = out
         dz = self._delta(n_layers - 1, batch)
         data = cross_entropy_delta(a, y, dz) if self.loss == "cross_entropy" else quadratic_delta(a, y, dz)
+        if total is not None and self.replicas.data is not None:   # the replicas' rows, weighted by their share
+            self._loss_sum[0] = data * batch / total
+            self.replicas.data.Allreduce(self.MPI.IN_PLACE, self._loss_sum, op=self.MPI.SUM)
+            data = float(self._loss_sum[0])
         return a0, data + penalty
 
-    def _backward(self, a0, batch):
-        """Gradients of this rank's slices into the gradient buffer, top layer first."""
-        scale = 1.0 / batch
+    def _backward(self, a0, batch, total):
+        """Gradients of this rank's slices into the gradient buffer, top layer first, for ``batch`` rows of a
+        minibatch of ``total`` (the L2 term on replica 0 alone: the replicas' sum counts it once)."""
+        scale, l2 = 1.0 / total, self.replicas.own_l2(self.l2)
         for layer in reversed(range(len(self._w))):
             a_in = a0 if layer == 0 else self._a[layer][:batch]
             dz_in = self._no_delta if layer == 0 else self._delta(layer - 1, batch)
             dense_backward(a_in, self._w[layer], self._delta(layer, batch), scale, self._scratch,
-                           self._gw[layer], self._gb[layer], dz_in, self.l2[layer], self._acts[layer])
+                           self._gw[layer], self._gb[layer], dz_in, l2[layer], self._acts[layer])
             if layer > 0 and not self.row_split[layer]:
                 self.comm.Allreduce(self.MPI.IN_PLACE, dz_in)  # sum_r (dz_r W_r) * a (1 - a): whole delta
 
@@ -266,34 +294,3 @@ class TensorParallelTrainer(RankTrainer):
                   for layer, (w, b, (rows, cols), row) in enumerate(zip(ws, bs, self._slices, self.row_split))]
         with self.group.errors():
             return self.group.gather_net(self.sizes, pieces)
-
-    def _messages(self, batch):
-        """Elements of each Allreduce of an update of ``batch`` samples (forward, then backward)."""
-        n_layers = len(self.row_split)
-        return ([batch * self.sizes[layer + 1] for layer in range(n_layers) if self.row_split[layer]]
-                + [batch * self.sizes[layer] for layer in range(1, n_layers) if not self.row_split[layer]])
-
-    @property
-    def bytes_per_update(self):
-        """Bytes this rank sends in an update at the last update's batch size (0 before the first):
-        ``2 (R - 1) / R`` times each Allreduce's bytes, as the module docstring counts them."""
-        payload = sum(self._messages(self._batch_size)) * self.dtype.itemsize
-        payload += 8 if any(self.l2) and self._batch_size else 0
-        return payload * 2 * (self.ranks - 1) // self.ranks
-
-    def predicted_bytes(self, batch_size=None):
-        """This rank's memory (bytes) by part at ``batch_size`` (default: the last update's): its
-        ``parameters`` and ``gradients``; ``activations`` (with layer 0's input slice, both delta
-        buffers, the scratch; not the buffers staging inputs of another dtype or layout); ``comm
-        buffers``, MPI's temporary for the largest Allreduce, estimated as its size; ``total``."""
-        batch = self._batch_size if batch_size is None else check_positive_int(batch_size, "batch_size")
-        item = self.dtype.itemsize
-        elems = batch * (sum(self._widths[1:]) + 2 * max(self._widths[1:]))
-        if self.row_split[0]:
-            elems += batch * self._w[0].shape[1]
-        parts = {"parameters": self._flat.nbytes, "gradients": self._grad.nbytes,
-                 "optimizer_state": self.optimizer.slots * self._flat.nbytes,
-                 "activations": elems * item + self._scratch.nbytes,
-                 "comm buffers": max(self._messages(batch)) * item if self.ranks > 1 else 0}
-        parts["total"] = sum(parts.values())
-        return parts

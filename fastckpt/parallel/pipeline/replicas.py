@@ -20,8 +20,8 @@ def check_replicas(data_parallel, ranks):
     """``data_parallel`` checked against the job's ``ranks``: the number of replicas."""
     count = check_positive_int(data_parallel, "data_parallel")
     if ranks % count:
-        raise ValueError(f"data_parallel={count} replicas need a multiple of {count} ranks (D x P, P the "
-                         f"stages), got {ranks}")
+        raise ValueError(f"data_parallel={count} replicas need a multiple of {count} ranks (D replicas of "
+                         f"the same number of ranks each), got {ranks}")
     return count
 
 
