@@ -86,6 +86,7 @@ def test_float32_pipelines_follow_one_process(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.memory
 def test_each_ranks_memray_peak_is_its_plan(tmp_path):
     sizes = [784] + [256] * 8 + [10]
     cases = [dict(sizes=sizes, batch=256, micro=4, schedule=schedule, strategy=strategy, transport=transport,
@@ -104,6 +105,7 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.memory
 def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
     """2 data-parallel replicas of 2 stages: each rank's plan counts the Allreduce's temporary too."""
     cases = [dict(sizes=[784] + [256] * 8 + [10], batch=256, micro=4, schedule="1f1b", strategy=strategy,
@@ -137,6 +139,7 @@ def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.memory
 def test_checkpointing_inside_stages_lowers_their_peak(tmp_path):
     """A net whose plain step needs more than a set limit per process trains on 2 ranks with
     checkpointing inside each stage, each rank within the limit."""
@@ -250,6 +253,7 @@ def test_a_dying_stage_ends_the_pipeline_within_bounded_time(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.memory
 def test_fit_bounds_each_stage_with_its_micro_batches_in_flight(tmp_path):
     """--max-memory with --pipeline bounds what each rank holds, not one micro-batch's step."""
     sizes, batch, bound = [784] + [256] * 16 + [10], 2048, 30 * MiB
