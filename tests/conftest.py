@@ -13,16 +13,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) are skipped: MKL keeps GEMM
+    """Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) and those training under a
+    whole-run bound (``-m bounds``, refused under MKL) are skipped: MKL keeps GEMM
     buffers of its own that no plan counts (NOTE [ MKL's own buffers ] in fastckpt/planner/run.py).  What holds
     under MKL is checked by tests/test_blas_backends.py from an OpenBLAS process."""
     from fastckpt.kernels import blas_core
     if blas_core() != "mkl":
         return
-    skip = pytest.mark.skip(reason="memray against the plan holds with OpenBLAS; MKL keeps buffers no plan counts "
-                                   "(NOTE [ MKL's own buffers ])")
+    skip = pytest.mark.skip(reason="memray against the plan, and whole-run bounds, hold with OpenBLAS; MKL keeps "
+                                   "buffers no plan counts (NOTE [ MKL's own buffers ])")
     for item in items:
-        if "memory" in item.keywords:
+        if "memory" in item.keywords or "bounds" in item.keywords:
             item.add_marker(skip)
 
 

@@ -21,6 +21,7 @@ def test_the_use_block_runs_as_written_and_prints_what_its_comments_say(tmp_path
     assert (tmp_path / "net.npz").exists()
 
 
+@pytest.mark.bounds
 def test_the_max_memory_example_is_what_the_command_prints():
     cmd = "fastckpt plan --sizes 784,256,256,256,256,256,256,10 --batch-size 2000 --max-memory 24MiB"
     shown = README.split(f"$ {cmd}\n", 1)[1].split("```", 1)[0]

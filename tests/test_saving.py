@@ -280,6 +280,7 @@ def test_train_resume_goes_on_bit_for_bit(tmp_path, dtype, extra):
     assert b.training_state["epochs_done"] == 3 and b.training_state["updates_done"] == 1200 // per_update
 
 
+@pytest.mark.bounds
 def test_resume_refuses_what_would_change_the_run(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
     for args, message in [(["--sizes", "784,8,10"], "--sizes 784,8,10 differs from the --resume file's 784,16,10"),
@@ -437,6 +438,7 @@ def test_threads_take_integer_labels_too(rng):
     _same(a, b)
 
 
+@pytest.mark.bounds
 def test_the_same_max_memory_resume_command_can_run_again_and_again(tmp_path):
     """A job script that resumes with the --max-memory the run started with: every rerun goes on, and the
     file ends as the unbroken run's, bit for bit."""
