@@ -16,8 +16,6 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
     (["--transport", "int8"], "--transport is an option of --pipeline P"),
     (["--partition", "2,1"], "--partition is an option of --pipeline P"),
     (["--mpi", "--transport", "float16"], "--transport is an option of --pipeline P"),
-    (["--tensor-parallel", "--strategy", "sqrt"], "--strategy sqrt does not apply to --tensor-parallel, whose layers "
-                                                  "do not checkpoint"),
     (["--tensor-parallel", "--max-memory", "1KiB"], "--max-memory does not apply to --tensor-parallel"),
 ])
 def test_a_flag_its_mode_does_not_use_is_refused(flags, said):

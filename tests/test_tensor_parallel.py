@@ -35,6 +35,10 @@ CASES = {
     "uneven_odd": dict(sizes=[33, 7, 5, 3]),
     "cross_entropy_l2": dict(sizes=[784, 40, 30, 10], loss="cross_entropy", l2=[1e-3, 0.0, 2e-2]),
     "float32": dict(sizes=[784, 40, 30, 10], dtype="float32"),
+    # checkpointing inside the split layers (NOTE [ Checkpoints in tensor parallelism ]) and its plain twin
+    "deep_plain": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3]),
+    "deep_sqrt": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3], strategy="sqrt"),
+    "every2_l2": dict(sizes=[784, 40, 30, 20, 16, 10], strategy="every_nth(2)", loss="cross_entropy", l2=1e-3),
 }
 BATCHES = [10, 10, 7, 16, 10]
 ETA = 3.0
@@ -123,6 +127,7 @@ def trained(request, driver, tmp_path_factory):
 def reference(case, saved, y_scale=None):
     """fastckpt.Network after ``np.random.seed(0)``, trained on the batches the ranks trained on."""
     args = dict(case)
+    args.pop("strategy", None)                          # one process, plain: the weights do not depend on it
     np.random.seed(0)
     net = fastckpt.Network(args.pop("sizes"), dtype=np.dtype(args.pop("dtype", "float64")), **args)
     start, losses = 0, []
@@ -208,6 +213,84 @@ def test_bytes_per_update_and_predicted_memory(trained, name):
     weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     biases = sum(sizes[layer + 1] * (ranks if layer in rows else 1) for layer in range(layers_))
     assert sum(int(saved["pred parameters"]) for saved in results[name]) == item * (weights + biases)
+
+
+def test_checkpointed_split_layers_train_as_plain_ones_bit_for_bit(trained):
+    """sqrt keeps fewer states and recomputes the rest, with their Allreduces: the same bits as plain."""
+    ranks, results = trained
+    for plain, mine in zip(results["deep_plain"], results["deep_sqrt"]):
+        for key in plain:
+            if key[:2] in ("w_", "b_", "lo"):
+                np.testing.assert_array_equal(mine[key], plain[key], err_msg=key)
+        assert int(mine["pred activations"]) < int(plain["pred activations"])
+        assert int(mine["bytes_per_update"]) > int(plain["bytes_per_update"])      # the recomputed messages
+
+
+@pytest.mark.parametrize("name", ["deep_sqrt", "every2_l2"])
+def test_checkpointed_split_layers_hold_and_send_what_they_say(trained, name):
+    from fastckpt.parallel.tensor_layers import kept_states
+    ranks, results = trained
+    sizes, batch, item = CASES[name]["sizes"], BATCHES[-1], 8
+    kept, runs = kept_states(sizes, CASES[name]["strategy"])
+    layers_ = len(sizes) - 1
+    row = [(layers_ - 1 - layer) % 2 == 0 for layer in range(layers_)]
+    again = [j - 1 for run in runs[:-1] for j in run]
+    assert runs and again                                 # something is dropped and recomputed
+    payload = batch * (sum(sizes[layer + 1] for layer in range(layers_) if row[layer])
+                       + sum(sizes[layer + 1] for layer in again if row[layer])
+                       + sum(sizes[layer] for layer in range(1, layers_) if not row[layer])) * item
+    payload += 8 if CASES[name].get("l2") else 0
+    for r, saved in enumerate(results[name]):
+        assert int(saved["bytes_per_update"]) == payload * 2 * (ranks - 1) // ranks
+        widths = [0] + [len(np.array_split(np.arange(n), ranks)[r]) if not row[j] else n
+                        for j, n in enumerate(sizes[1:])]
+        dropped = {j for run in runs for j in run}
+        shared = max(sum(widths[j] for j in run) for run in runs)
+        x_part = len(np.array_split(np.arange(sizes[0]), ranks)[r]) if row[0] else 0
+        elems = batch * (sum(w for j, w in enumerate(widths) if j and j not in dropped) + shared
+                         + 2 * max(widths[1:]) + x_part)
+        assert int(saved["pred activations"]) == elems * item + 8 * max(sizes[1:])
+
+
+MEMRAY_DRIVER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from mpi4py import MPI
+    from fastckpt.parallel import TensorParallelTrainer
+    from fastckpt.report.measure import memray_peak
+    sizes, batch = [784] + [256] * 8 + [10], 512
+    rng = np.random.default_rng(0)
+    x, y = rng.random((batch, 784)), rng.random((batch, 10))
+    out = {}
+    for strategy in ("plain", "sqrt"):
+        np.random.seed(0)
+        TensorParallelTrainer(sizes, strategy=strategy).update_mini_batch(x, y, 0.1)     # warm-up
+        held = {}
+
+        def run():
+            np.random.seed(0)
+            held["t"] = t = TensorParallelTrainer(sizes, strategy=strategy)
+            for _ in range(2):
+                t.update_mini_batch(x, y, 0.1)
+        out[strategy] = (memray_peak(run), held["t"].predicted_bytes())
+    every = MPI.COMM_WORLD.gather(out)
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps(every))
+""")
+
+
+@pytest.mark.memory
+def test_each_ranks_memray_peak_is_its_predicted_bytes_plain_and_checkpointed(tmp_path):
+    script = tmp_path / "memray_driver.py"
+    script.write_text(MEMRAY_DRIVER)
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    for rank, out in enumerate(json.loads(proc.stdout.splitlines()[-1])):
+        for strategy, (peak, predicted) in out.items():
+            assert abs(peak - predicted["total"]) <= 64 * 1024, (rank, strategy, peak, predicted)
+        saved = out["plain"][1]["activations"] - out["sqrt"][1]["activations"]
+        assert saved > 0 and abs((out["plain"][0] - out["sqrt"][0]) - saved) <= 64 * 1024, (rank, out)
 
 
 # D replicas x T shards on 4 ranks (NOTE [ Tensor x data ] in fastckpt/parallel/tensor.py)
@@ -345,8 +428,9 @@ def test_a_dying_rank_ends_the_run_within_bounded_time(driver, tmp_path):
 
 @needs_mpi
 @pytest.mark.parametrize("net", [[], ["--activation", "tanh", "--init", "xavier", "--optimizer", "momentum",
-                                      "--sizes", "784,48,32,24,10"], ["--data-parallel", "2"]],
-                         ids=["lab", "tanh-xavier-momentum", "2x2-grid"])
+                                      "--sizes", "784,48,32,24,10"], ["--data-parallel", "2"],
+                                 ["--strategy", "sqrt", "--sizes", "784,48,40,32,24,16,10"]],
+                         ids=["lab", "tanh-xavier-momentum", "2x2-grid", "sqrt"])
 def test_cli_tensor_parallel_trains_like_one_process(tmp_path, net):
     outs = [tmp_path / "tp.npz", tmp_path / "one.npz"]
     # 10 updates: over hundreds, summation-order differences grow chaotically in one process too

@@ -87,10 +87,9 @@ def modes_of(args):
             also = " or --tensor-parallel" if given[0] == "--data-parallel" else ""
             raise ValueError(f"{given[0]} is an option of --pipeline P{also}; without "
                              f"{'them' if also else '--pipeline'} it would change nothing")
-    if args.tensor_parallel and (args.max_memory is not None or str(args.strategy or "plain") != "plain"):
-        flag = "--max-memory" if args.max_memory is not None else f"--strategy {args.strategy}"
-        raise ValueError(f"{flag} does not apply to --tensor-parallel, whose layers do not checkpoint; leave it out "
-                         "or use --pipeline P with checkpointing inside every stage")
+    if args.tensor_parallel and args.max_memory is not None:
+        raise ValueError("--max-memory does not apply to --tensor-parallel, which plans no bound per rank; give "
+                         "--strategy every_nth(n), segments(k) or sqrt, or use --pipeline P with a bound per stage")
     if args.max_memory is not None:
         refuse_under_mkl("--max-memory", args.max_memory)
     if args.force and args.save is None:
@@ -145,7 +144,7 @@ def train(args):
         run = replace(run, max_memory=args.max_memory)
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                         optimizer=run.optimizer)
-    if lead and note and not args.json and not args.pipeline:
+    if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes
         print(f"fastckpt train: note: {note}", file=sys.stderr)
     schedule = parse_lr_schedule(run.lr_schedule)
     if lead and state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
@@ -187,7 +186,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                             data_parallel=args.data_parallel or 1, **net)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2,
-                            data_parallel=args.data_parallel or 1, **net)
+                            data_parallel=args.data_parallel or 1, strategy=run.strategy, **net)
     before, updates_before, done = ([], 0, 0) if state is None else \
         (list(state["accuracies"]), state["updates_done"], state["epochs_done"])
     if resumed_net is not None:

@@ -61,32 +61,26 @@ from fastckpt.core.checks import (
     check_sizes,
 )
 from fastckpt.core.init import check_init, draw
-from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.core.losses import check_loss
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct
 from fastckpt.kernels import (
-    NO_TRANS,
-    TRANS,
-    bias_activation,
-    cross_entropy_delta,
-    dense_backward,
-    dense_forward_layer,
-    gemm,
-    quadratic_delta,
     sgd_step,
 )
+from fastckpt.planner import parse_strategy
 
 from .mpi import Group, lab_loop, random_state
 from .pipeline.replicas import Replicas, check_replicas
 from .rank_trainer import RankTrainer
 from .shards import Shard, split_layers
 from .tensor_bytes import TensorBytes
+from .tensor_layers import TensorLayers, kept_states
 
 MODE = "tensor parallel (--tensor-parallel)"
 
 
-class TensorParallelTrainer(TensorBytes, RankTrainer):
+class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
     """An MLP whose layers are split across the ranks of ``comm``, trained by its optimizer (the lab's SGD).
 
     Made on every rank after the same ``np.random.seed``, it starts from the weights
@@ -110,14 +104,18 @@ class TensorParallelTrainer(TensorBytes, RankTrainer):
     data_parallel : int, optional
         ``D`` replicas of the split net on ``D x T`` ranks (NOTE [ Tensor x data ]); ``rank`` and ``ranks``
         are then this rank's shard and the shards of one replica.
+    strategy : str or Strategy, optional
+        ``"plain"`` (default), ``"every_nth(n)"``, ``"segments(k)"`` or ``"sqrt"``: the states each rank
+        keeps after the forward pass, the others computed again during the backward pass (NOTE
+        [ Checkpoints in tensor parallelism ]); the weights are plain tensor parallelism's, bit for bit.
     """
 
     def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None, activation="sigmoid",
-                 init="lab", optimizer="sgd", data_parallel=1):
+                 init="lab", optimizer="sgd", data_parallel=1, strategy="plain"):
         self.group = Group(comm)
         self.MPI = self.group.MPI
-        self.group.agree(self._checked(sizes, dtype, loss, l2, activation, init, optimizer, data_parallel),
-                         "TensorParallelTrainer arguments")
+        self.group.agree(self._checked(sizes, dtype, loss, l2, (activation, init, optimizer, data_parallel,
+                                                                strategy)), "TensorParallelTrainer arguments")
         self.replicas = Replicas(self.group, self.data_parallel)       # NOTE [ Tensor x data ]
         self.comm = self.replicas.pipe.comm                             # this replica's shards
         with self.group.errors():                             # NOTE [ Errors on every rank ]
@@ -131,8 +129,9 @@ class TensorParallelTrainer(TensorBytes, RankTrainer):
         self.last_loss = None
         self.accuracies = []
 
-    def _checked(self, sizes, dtype, loss, l2, activation, init, optimizer, data_parallel):
+    def _checked(self, sizes, dtype, loss, l2, net):
         """The arguments checked on this rank: the settings every rank must share, or the error."""
+        activation, init, optimizer, data_parallel, strategy = net
         try:
             self.data_parallel = check_replicas(data_parallel, self.group.size)
             self.ranks = self.group.size // self.data_parallel
@@ -142,13 +141,16 @@ class TensorParallelTrainer(TensorBytes, RankTrainer):
             self.activation = check_activation(activation, len(self.sizes) - 1)
             self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
             self.row_split, self._slices = split_layers(self.sizes, self.ranks, self.rank)
+            self.strategy = parse_strategy(strategy)
+            self._kept, self._runs = kept_states(self.sizes, self.strategy)
         except (ValueError, TypeError) as exc:
             return exc
         self._acts = state_codes(self.activation, self.loss)
         self._widths = [0] + [r1 - r0 for (r0, r1), _ in self._slices]      # this rank's width of a[1..L]
         return {"mode": MODE, "sizes": self.sizes, "dtype": self.dtype.name, "loss": loss, "l2": list(self.l2),
                 "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
-                "data_parallel": self.data_parallel, "np.random state (seed every rank alike)": random_state()}
+                "data_parallel": self.data_parallel, "strategy": str(self.strategy),
+                "np.random state (seed every rank alike)": random_state()}
 
     def _init_params(self):
         """This rank's slices (:class:`~fastckpt.parallel.shards.Shard`), drawn as ``Network(sizes, init=...)``
@@ -161,18 +163,6 @@ class TensorParallelTrainer(TensorBytes, RankTrainer):
                   "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(self._b, self._slices)]}
         draw(self.init, self.sizes, lambda kind, layer: pieces[kind][layer])
         self.optimizer_state = OptimizerState(self.optimizer, self.shard)
-
-    def _buffers(self, batch):
-        """Activations, the input slice and two delta buffers for ``batch`` rows, made once per batch size."""
-        if batch <= self._cap:
-            return
-        self._cap = 0                                                         # free the old ones first
-        self._a = [None] + [np.empty((batch, w), dtype=self.dtype) for w in self._widths[1:]]  # (batch, width)
-        c0, c1 = self._slices[0][1]
-        self._x_part = np.empty((batch, c1 - c0), dtype=self.dtype) if self.row_split[0] else None
-        most = batch * max(self._widths[1:])
-        self._deltas = (np.empty(most, dtype=self.dtype), np.empty(most, dtype=self.dtype))
-        self._cap = batch
 
     def update_mini_batch(self, x, y, eta):
         """One SGD step on the batch-mean gradient; returns the mean loss, the same on every rank.
@@ -226,58 +216,6 @@ class TensorParallelTrainer(TensorBytes, RankTrainer):
         """The lab's loop (:func:`~fastckpt.parallel.mpi.lab_loop`, with its hooks); returns (memusage, updatetime)."""
         return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, nullcontext(),
                         **hooks)
-
-    def _delta(self, layer, batch):
-        """The delta of ``layer``'s output, shaped like ``a[layer + 1]``: the two buffers alternate."""
-        width = self._widths[layer + 1]
-        return self._deltas[layer % 2][:batch * width].reshape(batch, width)
-
-    def _forward(self, x, y, total=None):
-        """Forward over every layer and the loss delta; returns (layer 0's input, mean loss + penalty), the
-        loss that of the whole minibatch of ``total`` rows, over the replicas, when given."""
-        batch, n_layers = x.shape[0], len(self._w)
-        penalty = self._penalty()
-        a = a0 = x
-        if self.row_split[0]:                                 # layer 0 takes its columns of x
-            a = a0 = self._x_part[:batch]
-            a0[...] = x[:, slice(*self._slices[0][1])]
-        for layer, (w, b) in enumerate(zip(self._w, self._b)):
-            out = self._a[layer + 1][:batch]                  # (batch, local n_out)
-            if not self.row_split[layer]:
-                dense_forward_layer(a, w, b, self._acts[layer + 1], self._scratch, out)
-            else:
-                n_out, n_in = w.shape
-                gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a, n_in, w, n_in, 0.0, out, n_out)
-                self.comm.Allreduce(self.MPI.IN_PLACE, out)   # partial pre-activations -> whole
-                bias_activation(out, b, self._acts[layer + 1], self._scratch)
-            a = out
-        dz = self._delta(n_layers - 1, batch)
-        data = cross_entropy_delta(a, y, dz) if self.loss == "cross_entropy" else quadratic_delta(a, y, dz)
-        if total is not None and self.replicas.data is not None:   # the replicas' rows, weighted by their share
-            self._loss_sum[0] = data * batch / total
-            self.replicas.data.Allreduce(self.MPI.IN_PLACE, self._loss_sum, op=self.MPI.SUM)
-            data = float(self._loss_sum[0])
-        return a0, data + penalty
-
-    def _backward(self, a0, batch, total):
-        """Gradients of this rank's slices into the gradient buffer, top layer first, for ``batch`` rows of a
-        minibatch of ``total`` (the L2 term on replica 0 alone: the replicas' sum counts it once)."""
-        scale, l2 = 1.0 / total, self.replicas.own_l2(self.l2)
-        for layer in reversed(range(len(self._w))):
-            a_in = a0 if layer == 0 else self._a[layer][:batch]
-            dz_in = self._no_delta if layer == 0 else self._delta(layer - 1, batch)
-            dense_backward(a_in, self._w[layer], self._delta(layer, batch), scale, self._scratch,
-                           self._gw[layer], self._gb[layer], dz_in, l2[layer], self._acts[layer])
-            if layer > 0 and not self.row_split[layer]:
-                self.comm.Allreduce(self.MPI.IN_PLACE, dz_in)  # sum_r (dz_r W_r) * a (1 - a): whole delta
-
-    def _penalty(self):
-        """``sum 0.5 * l2 * ||W||^2`` over the whole net: this rank's slices, then one Allreduce."""
-        if not any(self.l2):
-            return 0.0
-        self._penalty_sum[0] = l2_penalty(self.l2, self._w)
-        self.comm.Allreduce(self.MPI.IN_PLACE, self._penalty_sum)
-        return float(self._penalty_sum[0])
 
     def _take(self, buf, weights, biases):
         """Set this rank's slices of ``buf`` (default: the parameters) from the whole net's lab-shaped arrays."""
