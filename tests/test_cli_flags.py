@@ -17,6 +17,8 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
     (["--partition", "2,1"], "--partition is an option of --pipeline P"),
     (["--mpi", "--transport", "float16"], "--transport is an option of --pipeline P"),
     (["--tensor-parallel", "--max-memory", "1KiB"], "--max-memory does not apply to --tensor-parallel"),
+    (["--tensor-parallel", "--strategy", "revolve(2)"], "strategy revolve(2) does not apply to tensor parallelism, "
+                                                        "which recomputes each dropped state once"),
 ])
 def test_a_flag_its_mode_does_not_use_is_refused(flags, said):
     proc = subprocess.run([*TRAIN, *flags], capture_output=True, text=True, timeout=120)
