@@ -80,6 +80,24 @@ def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(f
             assert planned["whole_run"]["step: optimizer_state"] == planned["bytes"]["optimizer_state"]
 
 
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_a_saved_run_holds_no_copy_of_the_optimizer_state(optimizer, tmp_path, capsys):
+    """--save writes the state from where it is: the whole run's peak is the plan's with its save counted."""
+    from fastckpt.cli.data import load_data
+    sizes, batch = [784, 1000, 1000, 10], 50
+    common = ["--sizes", ",".join(map(str, sizes)), "--batch-size", str(batch), "--epochs", "1", "--optimizer",
+              optimizer, "--eta", "0.001", "--json"]
+    assert cli.main(["train", *common]) == 0                                                     # warm-up
+    peak = memray_peak(lambda: cli.main(["train", *common, "--save", str(tmp_path / "net.npz")]))
+    capsys.readouterr()
+    training, test = load_data(None, sizes)
+    step = fastckpt.plan(sizes, batch, optimizer=optimizer)
+    predicted = run_bytes(step, training, test, updates=len(training[0]) // batch, save=True)
+    assert predicted["step: optimizer_state"] >= step.bytes()["parameters"] > 8 * MiB         # a copy would show
+    assert _close(peak, predicted["total"]), (peak, predicted)
+    assert peak < predicted["total"] + step.bytes()["parameters"] // 2, (peak, predicted)   # no copy of a buffer
+
+
 @pytest.mark.parametrize("strategy,fused", [("plain", False), ("sqrt", False), ("sqrt", True)])
 def test_the_largest_batch_is_the_one_a_scan_of_every_batch_finds(strategy, fused):
     from fastckpt.planner.run import largest_batch

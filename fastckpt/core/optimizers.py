@@ -196,13 +196,15 @@ class OptimizerState:
                  1.0 - beta2 ** t]
         return np.array(hyper), self.buffers[0], self.buffers[1]
 
-    def arrays(self, sizes):
-        """``{state name: (weights, biases)}``: copies of each buffer in the lab's shapes, (n_out, n_in)
-        and (n_out, 1) per layer, for a saved file."""
+    def arrays(self, sizes, copy=True):
+        """``{state name: (weights, biases)}``: each buffer in the lab's shapes, (n_out, n_in) and (n_out, 1)
+        per layer, for a saved file: copies, or (``copy=False``) views of the buffers themselves, for a writer
+        that holds the state still while it writes (NOTE [ The whole run ]: a save adds no copy of the net)."""
         out = {}
         for name, buf in zip(self.optimizer.state_names, self.buffers):
             w, b = layer_views(buf, sizes)
-            out[name] = ([v.copy() for v in w], [v.reshape(-1, 1).copy() for v in b])
+            out[name] = ([v.copy() if copy else v for v in w],
+                         [v.reshape(-1, 1).copy() if copy else v.reshape(-1, 1) for v in b])
         return out
 
     def restore(self, sizes, steps, arrays):

@@ -288,7 +288,8 @@ class Network(Predicting):
         another process wrote meanwhile, say).  Returns the path written.
         """
         with self.params.lock:          # one consistent set of parameters and state, written from where they are
-            state = {"steps": self.optimizer_state.steps, "arrays": self.optimizer_state.arrays(self.sizes)}
+            state = {"steps": self.optimizer_state.steps,
+                     "arrays": self.optimizer_state.arrays(self.sizes, copy=False)}
             return fileformat.write(path, self.fields(), self.weights, self.biases, training=training,
                                     exclusive=exclusive, optimizer_state=state)
 
