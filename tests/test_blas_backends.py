@@ -118,6 +118,21 @@ def test_under_mkl_a_bound_on_the_whole_run_is_refused_naming_it(how):
     assert len(proc.stderr.splitlines()) == 1 and "FASTCKPT_BLAS=openblas" in proc.stderr, proc.stderr
 
 
+@needs_mkl
+def test_under_mkl_a_resume_of_a_bounded_run_is_refused(tmp_path):
+    """The --resume file's --max-memory is the run's bound too: MKL cannot keep it, so the resume is refused."""
+    saved = tmp_path / "g.npz"
+    first = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,32,10", "--epochs", "1",
+                            "--max-memory", "30MiB", "--save", str(saved)], capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, FASTCKPT_BLAS="openblas"))
+    assert first.returncode == 0, first.stderr
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--epochs", "2", "--resume", str(saved),
+                           "--save", str(saved)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, FASTCKPT_BLAS="mkl"))
+    assert proc.returncode == 2 and "was trained with --max-memory 30MiB: a bound on the whole run holds with " \
+        "OpenBLAS only" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 @pytest.mark.parametrize("entry", [["-m", "fastckpt", "plan"], ["-c", "import sys; from fastckpt.cli import main; "
                                                                       "sys.exit(main(['--version']))"]])
 def test_the_command_line_says_a_bad_backend_in_one_line(entry):

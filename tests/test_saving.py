@@ -455,3 +455,18 @@ def test_the_same_max_memory_resume_command_can_run_again_and_again(tmp_path):
     assert a.training_state["max_memory"] == b.training_state["max_memory"] == 40 * 2**20
     for x, y in zip(a.weights + a.biases, b.weights + b.biases):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.bounds
+def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
+    """Leaving --max-memory out goes on under the file's bound, and writes it again, so a later resume that
+    names the same bound still goes on."""
+    def train(*args):
+        proc = subprocess.run([*TRAIN, "--json", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    train("--sizes", "784,64,64,10", "--batch-size", "200", "--max-memory", "40MiB", "--epochs", "1",
+          "--save", "g.npz")
+    train("--epochs", "2", "--resume", "g.npz", "--save", "g.npz")
+    assert fastckpt.load(tmp_path / "g.npz").training_state["max_memory"] == 40 * 2**20
+    train("--epochs", "3", "--resume", "g.npz", "--save", "g.npz", "--max-memory", "40MiB")
+    assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3

@@ -142,6 +142,9 @@ def train(args):
                       max_memory=args.max_memory)               # one process: the bound is the whole run's
     elif state is not None and args.max_memory is not None:     # the file's bound (checked): kept for the next resume
         run = replace(run, max_memory=args.max_memory)
+    elif state is not None and state.get("max_memory") is not None:     # not given: the file's, still kept
+        refuse_under_mkl(f"--resume {args.resume!r} was trained with --max-memory", state["max_memory"])
+        run = replace(run, max_memory=state["max_memory"])
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                         optimizer=run.optimizer)
     if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes
