@@ -20,7 +20,9 @@ def test_bad_sizes(sizes, exc, msg):
 
 @pytest.mark.parametrize("n,exc,msg", [(0, ValueError, "checkpoint_every_nth_layer must be >= 1, got 0"),
                                        (-2, ValueError, "got -2"),
-                                       (1.5, TypeError, "checkpoint_every_nth_layer must be an integer")])
+                                       (1.5, TypeError, "checkpoint_every_nth_layer must be an integer"),
+                                       (True, TypeError, "checkpoint_every_nth_layer must be an integer, got True"),
+                                       (np.True_, TypeError, "checkpoint_every_nth_layer must be an integer")])
 def test_bad_checkpoint_every_nth_layer(n, exc, msg):
     with pytest.raises(exc, match=msg):
         NetworkWithCheckpointing([4, 3, 2], checkpoint_every_nth_layer=n)

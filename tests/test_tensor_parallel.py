@@ -344,6 +344,17 @@ def test_a_tensor_x_data_grid_trains_as_one_process(grid, name):
             sum(sizes[1:]) + 2 * max(sizes[1:]) + sizes[0] * row_split_0) + 8 * max(sizes[1:])
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["-n", "3", "--data-parallel", "2"], "--data-parallel 2 with --tensor-parallel needs a multiple of 2 ranks"),
+    (["-n", "2", "--data-parallel", "2", "--batch-size", "1"], "--batch-size 1 is smaller than --data-parallel 2"),
+])
+def test_a_grid_that_cannot_be_made_is_refused_in_one_line(flags, said):
+    ranks, rest = flags[:2], flags[2:]
+    proc = subprocess.run([MPIEXEC, *ranks, sys.executable, "-m", "fastckpt", "train", "--tensor-parallel",
+                           "--epochs", "1", *rest], capture_output=True, text=True, timeout=LIMIT)
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_a_non_finite_loss_is_a_floating_point_error_on_every_rank_with_weights_unchanged(driver, tmp_path):
     scales = [1.0, 1e200, 1.0, 1.0, 1.0]                 # (a - y)^2 overflows at the second update
     case = dict(CASES["lab"], batches=BATCHES, y_scale=scales)
@@ -360,7 +371,7 @@ def test_a_non_finite_loss_is_a_floating_point_error_on_every_rank_with_weights_
 
 @pytest.mark.parametrize("case, message", [
     (dict(sizes=[784, 1, 10]), "ValueError: layer 0 splits its outputs, sizes[1] = 1 units, over 2 ranks, but "
-                               "every rank needs at least one; use at most 1 ranks or widen that layer"),
+                               "every rank needs at least one; use at most 1 rank or widen that layer"),
     (dict(sizes=[784, 40, 30, 10], eta=-1), "ValueError: eta must be finite and >= 0, got -1"),
     (dict(sizes=[784, 40, 30, 10], x_width=783), "ValueError: x has shape (10, 783): 783 values per sample, "
                                                  "but the network's input layer has 784 units"),

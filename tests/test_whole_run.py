@@ -76,6 +76,7 @@ def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(f
         if flags[0] == "--max-memory":
             assert planned["recompute_factor"] > 1 and peak <= 90 * MiB, (peak, planned)
         if flags is adam:                                 # Adam's two moments are in the plan and the run
+            assert planned["optimizer"] == "adam"
             assert planned["bytes"]["optimizer_state"] == 2 * planned["bytes"]["parameters"] > 0
             assert planned["whole_run"]["step: optimizer_state"] == planned["bytes"]["optimizer_state"]
 

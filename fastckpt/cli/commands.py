@@ -93,7 +93,8 @@ def show_plan(args):
                         optimizer_in_backward=args.sgd_in_backward, optimizer=args.optimizer)
     if args.json:
         print(json.dumps({"sizes": list(p.sizes), "batch_size": p.batch_size, "dtype": p.dtype.name,
-                          "strategy": str(p.strategy), "optimizer_in_backward": p.optimizer_in_backward,
+                          "strategy": str(p.strategy), "optimizer": args.optimizer,
+                          "optimizer_in_backward": p.optimizer_in_backward,
                           "kept": list(p.kept), "recompute_order": list(p.recompute_order),
                           "forward_counts": p.forward_counts.tolist(), "recompute_factor": p.recompute_factor,
                           "extra_flop_fraction": p.extra_flop_fraction, "bytes": p.bytes(), "does_not_pay": note,

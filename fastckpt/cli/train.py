@@ -127,6 +127,9 @@ def train(args):
             f"--pipeline {args.pipeline}"
         raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
                          f"got {guard.ranks}")
+    if args.tensor_parallel and run.batch_size < replicas:
+        raise ValueError(f"--batch-size {run.batch_size} is smaller than --data-parallel {replicas}: each replica "
+                         "needs at least one row of every mini-batch")
     if args.tensor_parallel and guard.ranks % replicas:
         raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
                          f"({replicas} replicas of the net split over the same number of ranks each), "

@@ -30,6 +30,8 @@ def check_dtype(dtype):
 
 def check_positive_int(value, name, minimum=1):
     try:
+        if isinstance(value, (bool, np.bool_)):      # an index to Python, but True is no count
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {value!r}") from None

@@ -24,7 +24,7 @@ def split_layers(sizes, ranks, rank):
         if sizes[k] < ranks:
             raise ValueError(f"layer {layer} splits its {'inputs' if row else 'outputs'}, sizes[{k}] = "
                              f"{sizes[k]} units, over {ranks} ranks, but every rank needs at least one; "
-                             f"use at most {sizes[k]} ranks or widen that layer")
+                             f"use at most {sizes[k]} rank{'s' * (sizes[k] > 1)} or widen that layer")
         q, extra = divmod(sizes[k], ranks)                # as np.array_split: the first `extra` get q + 1
         lo = rank * q + min(rank, extra)
         part = (lo, lo + q + (rank < extra))

@@ -193,8 +193,8 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
     def _minibatch(self, x, y, eta):
         x, y = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
         if x.shape[0] < self.data_parallel:
-            raise ValueError(f"a minibatch of {x.shape[0]} samples cannot give each of the {self.data_parallel} "
-                             "replicas a row")
+            raise ValueError(f"x has {x.shape[0]} samples, fewer than data_parallel={self.data_parallel}: each "
+                             "replica needs at least one row of every minibatch")
         for arr, name in ((x, "x"), (y, "y")):
             check_finite(arr, name)
         return x, y, check_eta(eta)
