@@ -99,6 +99,16 @@ except ValueError as exc:
 
 
 @needs_mkl
+@pytest.mark.parametrize("mode", [[], ["--threads", "2"]])
+def test_under_mkl_a_fit_strategy_is_refused_as_max_memory_is(mode):
+    env = dict(os.environ, FASTCKPT_BLAS="mkl")
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--epochs", "1", *mode, "--strategy",
+                           "fit(20MiB)"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--strategy fit(20MiB): a bound on a step's bytes holds with OpenBLAS only" \
+        in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@needs_mkl
 @pytest.mark.parametrize("how", ["python", "train", "max-batch"])
 def test_under_mkl_a_bound_on_the_whole_run_is_refused_naming_it(how):
     """NOTE [ MKL's own buffers ]: MKL's GEMM buffers are outside any plan, so a whole-run bound is refused, not

@@ -20,6 +20,7 @@ from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import refuse_under_mkl
+from fastckpt.planner.strategies import Fit
 
 from .bound import step_strategy
 from .data import check_trainable, load_data
@@ -148,6 +149,9 @@ def train(args):
     elif state is not None and state.get("max_memory") is not None:     # not given: the file's, still kept
         refuse_under_mkl(f"--resume {args.resume!r} was trained with --max-memory", state["max_memory"])
         run = replace(run, max_memory=state["max_memory"])
+    if isinstance(run.strategy, Fit):          # a bound on each step (or stage): MKL's buffers break it too
+        refuse_under_mkl("--strategy", run.strategy.nbytes, "a bound on a step's bytes",
+                         shown=f"--strategy {run.strategy}")
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                         optimizer=run.optimizer)
     if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes

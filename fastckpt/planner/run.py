@@ -133,12 +133,12 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 # (40 x 64)^T took 52 KB or 104 KB by how the two threads met.  Their sizes follow rules of MKL's own that are not
 # published and depend on thread timing, so the step's plan counts none of them (exact once the process has run
 # the step's shapes: tests/test_blas_backends.py), and a bound on the whole run cannot be kept: it is refused.
-def refuse_under_mkl(name, bound):
-    """A ValueError naming ``name`` when the kernels call MKL, whose buffers no plan can bound
-    (NOTE [ MKL's own buffers ])."""
+def refuse_under_mkl(name, bound, what="a bound on the whole run", shown=None):
+    """A ValueError naming ``name`` and ``bound`` (or ``shown``) when the kernels call MKL, whose buffers no
+    plan can bound (NOTE [ MKL's own buffers ])."""
     if current_blas_core() == "mkl":
         from .strategies import format_bytes
-        raise ValueError(f"{name} {format_bytes(bound)}: a bound on the whole run holds with OpenBLAS only; MKL "
+        raise ValueError(f"{shown or f'{name} {format_bytes(bound)}'}: {what} holds with OpenBLAS only; MKL "
                          "(FASTCKPT_BLAS=mkl) keeps GEMM buffers of its own, megabytes that no plan can count; run "
                          "with FASTCKPT_BLAS=openblas to bound the run")
 
