@@ -20,9 +20,8 @@ from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import refuse_under_mkl
-from fastckpt.planner.strategies import Fit
 
-from .bound import step_strategy
+from .bound import bounded
 from .data import check_trainable, load_data
 from .guard import RankGuard
 from .options import TRAIN_DEFAULTS, pipeline_options
@@ -122,36 +121,15 @@ def train(args):
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if guard is not None:
         guard.agree({"--save": "given" if args.save else "not given"})
-    replicas = args.data_parallel or 1
-    if args.pipeline and args.pipeline * replicas != guard.ranks:
-        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
-            f"--pipeline {args.pipeline}"
-        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
-                         f"got {guard.ranks}")
-    if args.tensor_parallel and run.batch_size < replicas:
-        raise ValueError(f"--batch-size {run.batch_size} is smaller than --data-parallel {replicas}: each replica "
-                         "needs at least one row of every mini-batch")
-    if args.tensor_parallel and guard.ranks % replicas:
-        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
-                         f"({replicas} replicas of the net split over the same number of ranks each), "
-                         f"got {guard.ranks}")
+    _check_grid(args, run, guard)
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
     if state is not None and state["n_train"] != len(x_train):
         raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
                          f"has {len(x_train)}")
     lead = guard is None or guard.rank == 0
-    if args.max_memory is not None and not modes and args.threads == 1 and not run.parallel_batches and net is None:
-        run = replace(run, strategy=step_strategy(run, (x_train, y_train), test, args.epochs, args.save is not None),
-                      max_memory=args.max_memory)               # one process: the bound is the whole run's
-    elif state is not None and args.max_memory is not None:     # the file's bound (checked): kept for the next resume
-        run = replace(run, max_memory=args.max_memory)
-    elif state is not None and state.get("max_memory") is not None:     # not given: the file's, still kept
-        refuse_under_mkl(f"--resume {args.resume!r} was trained with --max-memory", state["max_memory"])
-        run = replace(run, max_memory=state["max_memory"])
-    if isinstance(run.strategy, Fit):          # a bound on each step (or stage): MKL's buffers break it too
-        refuse_under_mkl("--strategy", run.strategy.nbytes, "a bound on a step's bytes",
-                         shown=f"--strategy {run.strategy}")
+    run = bounded(args, run, state, whole=not modes and args.threads == 1 and not run.parallel_batches and net is None,
+                  training=(x_train, y_train), test=test)
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                         optimizer=run.optimizer)
     if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes
@@ -180,6 +158,23 @@ def train(args):
     if lead:
         _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
     return 0
+
+
+def _check_grid(args, run, guard):
+    """Refuse a grid of replicas that the ranks or the batch cannot make."""
+    replicas = args.data_parallel or 1
+    if args.pipeline and args.pipeline * replicas != guard.ranks:
+        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
+            f"--pipeline {args.pipeline}"
+        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
+                         f"got {guard.ranks}")
+    if args.tensor_parallel and run.batch_size < replicas:
+        raise ValueError(f"--batch-size {run.batch_size} is smaller than --data-parallel {replicas}: each replica "
+                         "needs at least one row of every mini-batch")
+    if args.tensor_parallel and guard.ranks % replicas:
+        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
+                         f"({replicas} replicas of the net split over the same number of ranks each), "
+                         f"got {guard.ranks}")
 
 
 def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, state=None):

@@ -283,9 +283,8 @@ class Network(Predicting):
         keeps the sizes, dtype, loss, l2, activation, strategy, optimizer mode, and the
         optimizer with its state, with the parameters bit for bit, so training goes on
         after :func:`fastckpt.load` exactly as if never stopped.  ``training``, a dict, is stored beside them
-        (``fastckpt train`` keeps its epoch, update count, accuracies and
-        ``numpy.random`` state there).  ``exclusive``: never replace a file (one
-        another process wrote meanwhile, say).  Returns the path written.
+        (``fastckpt train`` keeps its epoch, update count, accuracies and ``numpy.random`` state there).
+        ``exclusive``: never replace a file (one another process wrote meanwhile, say).  Returns the path.
         """
         with self.params.lock:          # one consistent set of parameters and state, written from where they are
             state = {"steps": self.optimizer_state.steps,
