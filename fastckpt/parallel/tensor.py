@@ -71,7 +71,7 @@ from fastckpt.kernels import (
 from fastckpt.planner import parse_strategy
 
 from .mpi import Group, lab_loop, random_state
-from .pipeline.replicas import Replicas, check_replicas
+from .pipeline.replicas import Replicas, check_replicas, place
 from .rank_trainer import RankTrainer
 from .shards import Shard, split_layers
 from .tensor_bytes import TensorBytes
@@ -134,8 +134,7 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
         activation, init, optimizer, data_parallel, strategy = net
         try:
             self.data_parallel = check_replicas(data_parallel, self.group.size)
-            self.ranks = self.group.size // self.data_parallel
-            self.rank = self.group.rank % self.ranks                       # Replicas' numbering
+            _, self.rank, self.ranks = place(self.group.rank, self.group.size, self.data_parallel)
             self.sizes, self.dtype = list(check_sizes(sizes)), check_dtype(dtype)
             self.loss, self.l2 = check_loss(loss), check_l2(l2, len(self.sizes) - 1)
             self.activation = check_activation(activation, len(self.sizes) - 1)

@@ -25,14 +25,21 @@ def check_replicas(data_parallel, ranks):
     return count
 
 
+def place(rank, ranks, count):
+    """``(replica, position, positions)`` of world rank ``rank`` of ``ranks`` in ``count`` replicas: rank ``r``
+    is position ``r % P`` of replica ``r // P``, ``P = ranks / count`` (a stage, or a tensor shard)."""
+    positions = ranks // count
+    return (*divmod(rank, positions), positions)
+
+
 class Replicas:
     """This rank's stage and replica on ``world`` (a :class:`~fastckpt.parallel.mpi.Group`), and the two
     communicators: ``pipe`` (a Group: this replica's stages, ranked by stage) and ``data`` (this
     stage's replicas).  Made on every rank after the settings are agreed (the splits are collectives)."""
 
     def __init__(self, world, count):
-        self.count, self.stages = count, world.size // count
-        self.index, self.stage = divmod(world.rank, self.stages)
+        self.count = count
+        self.index, self.stage, self.stages = place(world.rank, world.size, count)
         if count == 1:
             self.pipe, self.data = world, None
         else:
