@@ -33,7 +33,8 @@ def memray_case(request):
                 model.update_mini_batch(x, y, eta)
         capture = pathlib.Path(request.config.cache.mkdir("memray")) / f"{name}.bin"
         capture.unlink(missing_ok=True)
-        with threads_held(), memray.Tracker(capture, native_traces=bool(out)):   # the BLAS threads planned
+        tracker = memray.Tracker(capture, native_traces=bool(out), trace_python_allocators=True)  # as memray_peak
+        with threads_held(), tracker:                                 # the BLAS threads planned
             build_and_train()
         benchmark.extra_info["memray_peak_bytes"] = memray.FileReader(capture).metadata.peak_memory
         if out:

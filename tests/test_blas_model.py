@@ -29,7 +29,7 @@ for dtype, m, n, k, ta, tb, alpha, beta in json.loads(sys.argv[1]):
     run()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "p.bin")
-        with memray.Tracker(path):
+        with memray.Tracker(path, trace_python_allocators=True):
             run()
         out.append(memray.FileReader(path).metadata.peak_memory >= 256 * 1024)
 print(json.dumps({"core": blas_core(), "threads": blas_threads(), "mallocs": out}))

@@ -248,7 +248,7 @@ def profile(args):
     html = os.path.join(args.out, "memray-flamegraph.html")
     with tempfile.TemporaryDirectory() as tmp:
         capture = os.path.join(tmp, "profile.bin")
-        with memray.Tracker(capture, native_traces=args.native):
+        with memray.Tracker(capture, native_traces=args.native, trace_python_allocators=True):   # as memray_peak
             net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
             for _ in range(args.steps):
                 net.update_mini_batch(x, y, args.eta)
