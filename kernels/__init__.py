@@ -24,6 +24,7 @@ from .activations import (
 from .blas import NO_TRANS, TRANS, blas_core, blas_threads, blas_threads_running, run_blas_threads, set_blas_threads
 from .dense import (
     dense_backward,
+    dense_backward_input,
     dense_backward_sgd,
     dense_forward,
     dense_forward_layer,
@@ -32,7 +33,7 @@ from .dense import (
 )
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta, sgd_step, sum_squares
 from .optimizers import ADAM, MOMENTUM, adam_step, momentum_step
-from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops
+from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops, run_weights
 from .schedules import multi_points, once_points, region_table_of, revolve_splits
 from .transport import (
     NONFINITE,
@@ -51,8 +52,9 @@ __all__ = [
     "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS",
     "accumulate", "adam_step", "all_finite", "bfloat16_encode", "bias_activation", "bias_log_softmax", "bias_relu",
     "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",
-    "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_sgd", "dense_forward",
-    "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode", "int8_encode",
+    "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_input", "dense_backward_sgd",
+    "dense_forward", "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode",
+    "int8_encode",
     "momentum_step", "multi_points", "once_points", "quadratic_delta", "region_table_of", "revolve_splits", "run_ops",
-    "run_blas_threads", "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
+    "run_weights", "run_blas_threads", "set_blas_threads", "sgd_step", "sum_squares", "table_decode",
 ]

@@ -153,6 +153,15 @@ def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.
 
 
 @kernel
+def dense_backward_input(a_in, w, dz_out, scratch, dz_in, act_in=SIGMOID):
+    """The input half of :func:`dense_backward`: ``dz_in`` alone, the same numbers bit for bit (the weight
+    gradient put off, NOTE [ Zero bubble ] of the pipeline schedules); nothing when ``dz_in`` has no rows."""
+    _check_backward(a_in, w, dz_out, scratch, dz_in)
+    if dz_in.shape[0] > 0:
+        _delta_in(a_in, w, dz_out, dz_in, act_in)
+
+
+@kernel
 def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0, act_in=SIGMOID):
     """Backward step that applies SGD at once: ``w -= step * dz_out^T a_in``, ``b -= step * sum(dz_out)``.
 

@@ -18,6 +18,12 @@ the code of the activation that makes each state ``a[j]`` (``acts[0]``, for the 
 only when the first layer's backward gives the input's delta, as a pipeline stage's does); the
 output's is ``LOG_SOFTMAX`` for a softmax net with cross-entropy, else the quadratic loss.
 
+``stash`` (non-empty): every backward op computes only the delta of its input
+(:func:`~kernels.dense.dense_backward_input`) and copies its input ``a`` and
+its delta ``dz`` to ``stash`` at ``stash_at[layer]`` (elements), for
+:func:`run_weights` to make the weight gradients from later; a pipeline
+stage's ``zb1`` B pass.
+
 Returns ``(status, loss)``.  ``status``: ``OK``; ``BAD_LOSS`` when the loss (plus
 ``penalty``) is not finite, before any backward op ran; ``BAD_UPDATE + layer`` when the
 optimizer in backward (``sgd``) would make that layer's parameters (or its state) non-finite; ``BAD_INPUT``
@@ -27,7 +33,7 @@ import numpy as np
 
 from ._jit import inline, kernel
 from .activations import LOG_SOFTMAX
-from .dense import dense_backward, dense_backward_sgd, dense_forward_layer
+from .dense import dense_backward, dense_backward_input, dense_backward_sgd, dense_forward_layer
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta
 from .optimizers import layer_step
 
@@ -42,7 +48,7 @@ def _matrix(buf, at, rows, cols):
 @kernel
 def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
             scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks,
-            hyper, state1, state2, layer_grad):
+            hyper, state1, state2, layer_grad, stash, stash_at):
     """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.
 
     ``sgd``: the optimizer in backward with learning rate ``eta`` (``grads`` is then
@@ -87,7 +93,11 @@ def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scra
         else:
             dz_out = _matrix(deltas, ops[i, 4], batch, n_out)
             dz_in = _matrix(deltas, max(ops[i, 5], 0), batch if ops[i, 5] >= 0 else 0, n_in)
-            if sgd and hyper.shape[0] > 0:
+            if stash.shape[0] > 0:
+                _matrix(stash, stash_at[layer, 0], batch, n_in)[:, :] = a
+                _matrix(stash, stash_at[layer, 1], batch, n_out)[:, :] = dz_out
+                dense_backward_input(a, w, dz_out, scratch, dz_in, acts[layer])
+            elif sgd and hyper.shape[0] > 0:
                 w_at, b_at = layout[layer, 0], layout[layer, 1]
                 n_w = n_out * n_in
                 gw = _matrix(layer_grad, 0, n_out, n_in)
@@ -111,3 +121,24 @@ def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scra
             acc[:] = 0.0
         accumulate(acc, grads, blocks)
     return OK, loss
+
+
+@kernel
+def run_weights(stash, stash_at, batch, params, grads, layout, sizes, acts, scale, l2, scratch, acc, acc_mode,
+                blocks):
+    """The weight gradients that :func:`run_ops` put off into ``stash`` (``stash_at`` (L, 2): where each
+    layer's input and delta are), for a batch of ``batch`` rows: each layer's ``scale``-weighted gradient
+    (with ``l2``) into ``grads``, by the same kernel and so the same numbers as a whole backward op; then
+    ``grads`` copied into ``acc`` (``acc_mode`` 1: the rest of ``acc`` zeroed) or added to it (2)."""
+    no_rows = stash[:0].reshape(0, 1)
+    for layer in range(layout.shape[0]):
+        n_in, n_out = sizes[layer], sizes[layer + 1]
+        a = _matrix(stash, stash_at[layer, 0], batch, n_in)
+        dz_out = _matrix(stash, stash_at[layer, 1], batch, n_out)
+        w = _matrix(params, layout[layer, 0], n_out, n_in)
+        gw = _matrix(grads, layout[layer, 0], n_out, n_in)
+        gb = grads[layout[layer, 1]:layout[layer, 1] + n_out]
+        dense_backward(a, w, dz_out, scale, scratch, gw, gb, no_rows, l2[layer], acts[layer])
+    if acc_mode == 1:
+        acc[:] = 0.0
+    accumulate(acc, grads, blocks)

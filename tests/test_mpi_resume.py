@@ -14,7 +14,7 @@ NET = ["--sizes", "784,32,24,10", "--activation", "relu", "--init", "he", "--opt
        "--batch-size", "40", "--loss", "cross_entropy", "--lr-schedule", "step(1, 0.5)", "--json"]
 MODES = {"mpi": ["--mpi"], "pipeline": ["--pipeline", "2", "--micro-batches", "2", "--schedule", "1f1b"],
          "tensor": ["--tensor-parallel"],
-         "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2"],     # on 4 ranks
+         "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2", "--schedule", "zb1"],  # 4 ranks
          "tensor_grid": ["--tensor-parallel", "--data-parallel", "2"]}                     # on 4 ranks
 
 

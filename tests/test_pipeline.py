@@ -10,21 +10,37 @@ import pytest
 import fastckpt
 from fastckpt.parallel.pipeline.links import SEND_BUFFERS
 from fastckpt.parallel.pipeline.partition import balance
-from fastckpt.parallel.pipeline.schedules import in_flight, schedule, storage_slots
+from fastckpt.parallel.pipeline.schedules import in_flight, pending_weights, schedule, storage_slots
 from fastckpt.parallel.pipeline.stage import Stage
 
 STRATEGIES = ["plain", "every_nth(2)", "sqrt", "revolve(1)", "revolve(2)", "segments(1)"]
 
 
-@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "zb1"])
 def test_every_micro_batch_goes_forward_then_backward_once(kind):
     for stages, micro in itertools.product(range(1, 6), range(1, 9)):
         for s in range(stages):
             order = schedule(kind, s, stages, micro)
-            assert sorted(order) == sorted([("F", k) for k in range(micro)] + [("B", k) for k in range(micro)])
+            passes = ("F", "B", "W") if kind == "zb1" else ("F", "B")
+            assert sorted(order) == sorted((op, k) for op in passes for k in range(micro))
             assert [k for op, k in order if op == "F"] == list(range(micro))
             for k in range(micro):
                 assert order.index(("F", k)) < order.index(("B", k))
+                if kind == "zb1":
+                    assert order.index(("B", k)) < order.index(("W", k))
+            if kind == "zb1":    # B and W in the same order, so the gradients add up as 1F1B's do
+                assert [k for op, k in order if op == "W"] == [k for op, k in order if op == "B"]
+                # 1F1B's forwards and backwards; the first s W's put off to the end
+                assert [p for p in order if p[0] != "W"] == schedule("1f1b", s, stages, micro)
+                assert pending_weights(order) == min(s + 1, micro)
+                assert in_flight(order) == min(stages - s, micro)
+                held, most = 0, 0                        # between F and W: at most P, 1F1B's first stage's
+                for op, _ in order:
+                    held += {"F": 1, "W": -1}.get(op, 0)
+                    most = max(most, held)
+                assert most <= min(stages, micro)
+                continue
+            assert pending_weights(order) == 0
             bound = micro if kind == "gpipe" else min(stages - s, micro)
             assert in_flight(order) == bound
             # GPipe: all but the last forward's; 1F1B: a backward restores the oldest while the newest
@@ -51,6 +67,8 @@ def _runs_to_the_end(kind, stages, micro, pool=None):
         if pos[s] == len(orders[s]):
             return None
         op, k = orders[s][pos[s]]
+        if op == "W":
+            return None
         if op == "F":
             return ("act", k, s - 1, s) if s > 0 else None
         return ("delta", k, s + 1, s) if s < stages - 1 else None
@@ -68,6 +86,10 @@ def _runs_to_the_end(kind, stages, micro, pool=None):
             if pos[s] == len(orders[s]):
                 continue
             op, k = orders[s][pos[s]]
+            if op == "W":                                    # no message
+                pos[s] += 1
+                progressed = True
+                continue
             if op == "F":
                 need = ("act", k, s - 1, s) if s > 0 else None
                 out = (s, s + 1) if s < stages - 1 else None
@@ -90,7 +112,41 @@ def _runs_to_the_end(kind, stages, micro, pool=None):
     return all(p == len(o) for p, o in zip(pos, orders))
 
 
-@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def _unit_bubble(kind, stages, micro):
+    """The idle share of the stages when each pass takes one unit of time (a whole backward pass two, B and W
+    one each), each stage running its order and waiting for the message its next pass needs."""
+    orders = [schedule(kind, s, stages, micro) for s in range(stages)]
+    cost = {"F": 1, "B": 1 if kind == "zb1" else 2, "W": 1}
+    done, free, pos = {}, [0] * stages, [0] * stages
+    while any(p < len(o) for p, o in zip(pos, orders)):
+        moved = False
+        for s in range(stages):
+            while pos[s] < len(orders[s]):
+                op, k = orders[s][pos[s]]
+                dep = {"F": ("F", s - 1, k) if s > 0 else None,
+                       "B": ("B", s + 1, k) if s < stages - 1 else None, "W": None}[op]
+                if dep is not None and dep not in done:
+                    break
+                free[s] = max(free[s], done.get(dep, 0)) + cost[op]
+                done[(op, s, k)] = free[s]
+                pos[s] += 1
+                moved = True
+        assert moved, "deadlock"
+    return 1 - 3 * micro * stages / (stages * max(free))
+
+
+def test_zb1_has_a_third_of_1f1bs_bubble_in_unit_time():
+    """The textbook formulas: 1F1B idles 3 (P - 1) units of 3 (M + P - 1), ZB-H1 P - 1 of 3 M + P - 1."""
+    for stages, micro in itertools.product(range(2, 7), range(1, 13)):
+        ones = _unit_bubble("1f1b", stages, micro)
+        assert ones == pytest.approx((stages - 1) / (micro + stages - 1))
+        zb1 = _unit_bubble("zb1", stages, micro)
+        assert zb1 <= ones + 1e-12
+        if micro >= stages:
+            assert zb1 == pytest.approx((stages - 1) / (3 * micro + stages - 1)), (stages, micro)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "zb1"])
 def test_schedules_cannot_deadlock_with_the_send_pools_used(kind):
     for stages, micro in itertools.product(range(1, 7), range(1, 10)):
         assert _runs_to_the_end(kind, stages, micro), (kind, stages, micro)
@@ -101,6 +157,7 @@ def test_the_deadlock_check_can_fail():
     assert _runs_to_the_end("gpipe", 4, 8, 0)
     assert not _runs_to_the_end("1f1b", 4, 8, 0)
     assert _runs_to_the_end("1f1b", 4, 8, 1)          # one buffer per link is enough; the trainer has two
+    assert not _runs_to_the_end("zb1", 4, 8, 0)
 
 
 def _chain(sizes, cuts, strategy, micro_rows, dtype, loss="quadratic", l2=0.0):
@@ -220,3 +277,44 @@ def test_balance_is_the_best_contiguous_split(rng):
         assert len(parts) == stages and sum(parts) == n and min(parts) >= 1
         bounds = np.concatenate([[0], np.cumsum(parts)])
         assert max(sum(costs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])) == best
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_backward_pass_split_in_b_and_w_is_the_whole_one_bit_for_bit(strategy, rng):
+    """zb1's B (the deltas, inputs and deltas stashed) and later W (the weight gradients from the stash), with
+    another micro-batch's forward pass in between, give the whole backward pass's gradient and input delta."""
+    sizes = [7, 6, 9, 5, 8, 6, 4]
+    x, y = rng.random((5, 7)), rng.random((5, 4))
+    plan = fastckpt.plan(sizes, 5, np.float64, strategy)
+    params = fastckpt.Parameters(sizes)
+    params.flat[...] = rng.standard_normal(params.flat.shape)
+    for first, last in ((True, True), (False, True), (False, False), (True, False)):
+        results = []
+        for split in (False, True):
+            stage = Stage(plan, first_stage=first, last_stage=last, softmax=False, l2=np.full(6, 0.01), slots=1,
+                          deferred=1)
+            acc = params.new_buffer()
+            for k, first_pass in ((0, True), (1, False)):        # W's copy, then its sum
+                stage.forward(params.flat, x * (k + 1), k)
+                if not last:
+                    stage.output_delta(5)[...] = np.linspace(-1, 1, 20).reshape(5, 4) * (k + 1)
+                if split:
+                    status, loss = stage.backward_input(params.flat, x * (k + 1), y if last else None, k)
+                    delta = None if first else stage.input_delta(5).copy()
+                    stage.forward(params.flat, x * 0.5, 9)          # another micro-batch takes the arena
+                    stage._owner = None
+                    stage.backward_weights(params.flat, k, acc, 0.2, first_pass)
+                else:
+                    status, loss = stage.backward(params.flat, x * (k + 1), y if last else None, k, acc, 0.2,
+                                                  first_pass)
+                    delta = None if first else stage.input_delta(5).copy()
+                assert status == 0
+                results.append((delta, loss))
+            results.append((acc.copy(), None))
+        whole, split = results[:3], results[3:]
+        np.testing.assert_array_equal(whole[2][0], split[2][0])
+        assert np.any(whole[2][0] != 0)
+        for (d0, l0), (d1, l1) in zip(whole[:2], split[:2]):
+            if not first:
+                np.testing.assert_array_equal(d0, d1)
+            assert (np.isnan(l0) and np.isnan(l1)) == (not last) and (not last or l0 == l1)

@@ -43,7 +43,10 @@ CASES = {
         dict(sizes=DEEP, schedule="1f1b", micro=5, batch=23, strategy="sqrt"),
         dict(sizes=DEEP, schedule="gpipe", micro=6, batch=23, strategy="revolve(1)", partition=[4, 3]),
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="plain", partition=[5, 2], loss="cross_entropy",
-             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3])],
+             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3]),
+        dict(sizes=DEEP, schedule="zb1", micro=5, batch=23, strategy="sqrt"),
+        dict(sizes=DEEP, schedule="zb1", micro=3, strategy="plain", partition=[5, 2], loss="cross_entropy",
+             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01)],
     4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01),
@@ -52,7 +55,11 @@ CASES = {
              l2=0.01),
         dict(sizes=DEEP, schedule="gpipe", micro=2, batch=23, strategy="plain", data_parallel=2, partition=[5, 2],
              optimizer="adam", eta=0.01),
-        dict(sizes=[784, 40, 30, 10], micro=2, batch=24, data_parallel=4, l2=[0.1, 0.0, 0.2])],
+        dict(sizes=[784, 40, 30, 10], micro=2, batch=24, data_parallel=4, l2=[0.1, 0.0, 0.2]),
+        dict(sizes=DEEP, schedule="zb1", micro=8, batch=24, strategy="revolve(1)", partition=[1, 3, 2, 1],
+             loss="cross_entropy", l2=0.01),
+        dict(sizes=DEEP, schedule="zb1", micro=3, batch=26, strategy="every_nth(2)", data_parallel=2,
+             optimizer="adam", eta=0.01)],
 }
 
 
@@ -72,6 +79,20 @@ def test_pipelines_equal_one_process_on_the_same_minibatches(ranks, tmp_path):
             np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13, err_msg=str(case))
         assert float(saved["loss"]) == pytest.approx(net.last_loss, rel=1e-10)
         assert 0.0 <= float(saved["bubble"]) < 1.0 and bool(saved["replicas_agree"])
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_zb1_trains_bit_for_bit_as_1f1b(ranks, tmp_path):
+    """zb1 runs 1F1B's passes with each weight gradient put off, summed in the same order: the same bits."""
+    base = dict(sizes=DEEP, micro=2 * ranks, batch=24, strategy="sqrt", loss="cross_entropy", l2=0.01,
+                optimizer="adam", eta=0.01)
+    cases = [dict(base, schedule=kind, out=str(tmp_path / f"{kind}.npz")) for kind in ("1f1b", "zb1")]
+    _job(ranks, cases)
+    ones, zb1 = (np.load(case["out"]) for case in cases)
+    for key in ones.files:
+        if key != "bubble":
+            np.testing.assert_array_equal(zb1[key], ones[key], err_msg=key)
 
 
 @needs_mpi
@@ -95,12 +116,14 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
              for schedule, strategy, transport, optimizer in [
                  ("gpipe", "plain", "native", "sgd"), ("gpipe", "sqrt", "native", "sgd"),
                  ("1f1b", "plain", "native", "sgd"), ("1f1b", "revolve(1)", "int8", "sgd"),
-                 ("gpipe", "every_nth(2)", "float16", "sgd"), ("1f1b", "sqrt", "native", "adam")]]
+                 ("gpipe", "every_nth(2)", "float16", "sgd"), ("1f1b", "sqrt", "native", "adam"),
+                 ("zb1", "plain", "native", "sgd"), ("zb1", "sqrt", "bfloat16", "adam")]]
     _job(2, cases, timeout=400)
     for case in cases:
         for rank, (peak, predicted) in enumerate(json.load(open(case["out"]))):
             total = predicted["total"]
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
+            assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
             assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
 
 

@@ -210,9 +210,10 @@ def _train_parallel(p):
                         "net split over 1/D of the ranks each, their gradients summed per shard (default: 1)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
                    help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default=None,
-                   help="with --pipeline: gpipe (all forwards, then all backwards) or 1f1b (at most P "
-                        f"micro-batches in flight per stage) (default: {PIPELINE_DEFAULTS['schedule']})")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb1"], default=None,
+                   help="with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most P "
+                        "micro-batches in flight per stage) or zb1 (1f1b with each weight gradient put off into "
+                        f"the bubble) (default: {PIPELINE_DEFAULTS['schedule']})")
     p.add_argument("--partition", type=o.depths, default=None,
                    help="with --pipeline: layers per stage, e.g. 2,1 (default: balanced predicted time)")
     p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default=None,

@@ -58,6 +58,7 @@ class Engine:
         self._sizes = np.array(plan.sizes, dtype=np.int64)
         self._no_blocks = np.zeros((0, 2), dtype=np.int64)
         self._no_state = (np.zeros(0), np.zeros(0, dtype=plan.dtype), np.zeros(0, dtype=plan.dtype))
+        self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))   # whole backward ops
         self.loss = check_loss(loss)
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
@@ -210,7 +211,7 @@ class Engine:
             status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
                                    ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
                                    self.l2_array, self.acts, penalty, first == 0, counts, trace,
-                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad)
+                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad, *self._no_stash)
             loss = part if not np.isnan(part) else loss
             if status == BAD_INPUT:
                 check_finite(xb, names[0])

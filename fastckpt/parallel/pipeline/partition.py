@@ -10,8 +10,8 @@ from fastckpt.planner.costs import blas_bytes, layer_costs
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
 from .links import SEND_BUFFERS
-from .schedules import in_flight, storage_slots
-from .stage import live_ranges
+from .schedules import in_flight, pending_weights, storage_slots
+from .stage import live_ranges, stash_layout
 from .transport import Codec
 
 
@@ -103,7 +103,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
     first, last = lo == 0, hi == len(sizes) - 1
     live = sum(b - a for a, b in live_ranges(p, loss=last))
     params = param_layout(sub, item)[1] * item
-    flight = in_flight(order)
+    flight, deferred = in_flight(order), pending_weights(order)
     out_codec = None if last else Codec(transport, dtype, rows, sub[-1])
     in_codec = None if first else Codec(transport, dtype, rows, sub[0])
     parts = {
@@ -115,6 +115,8 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
         "deltas": workspace_delta_elems(sub, rows, not first) * item,
         "scratch": max(sub[1:]) * 8,
         "stored_micro_batches": storage_slots(order) * live * item,
+        "deferred_weights": deferred * stash_layout(sub, rows)[1] * item,   # zb1: inputs and deltas for W
+        "deferred_gradients": params if deferred else 0,                     # and the gradient W writes
         "stage_inputs": 0 if first else flight * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),

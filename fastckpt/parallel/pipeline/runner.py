@@ -6,7 +6,7 @@ import numpy as np
 from fastckpt.kernels import BAD_LOSS, all_finite
 
 from .links import Link
-from .schedules import in_flight, storage_slots
+from .schedules import in_flight, pending_weights, storage_slots
 from .stage import Stage
 
 
@@ -19,7 +19,8 @@ class StageRunner:
         self.first, self.last = trainer.first, trainer.last
         self.stage = Stage(plan, first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
                            l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), slots=storage_slots(order),
-                           acts=trainer.stage_acts)
+                           acts=trainer.stage_acts, deferred=pending_weights(order))
+        self.split = any(op == "W" for op, _ in order)          # zb1: B computes the deltas, W the gradients
         width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
         self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)
                                              for _ in range(in_flight(order))]
@@ -34,13 +35,19 @@ class StageRunner:
         finite, the loss summed over the micro-batches on the last stage) and adds this minibatch's time,
         busy time and bytes to ``stats``."""
         start = time.perf_counter()
-        self.busy, bad, loss_sum, backwards = 0.0, False, 0.0, 0
+        self.busy, bad, loss_sum, backwards, weights = 0.0, False, 0.0, 0, 0
         self.nonfinite = False               # a message that would carry NaN or inf: sent as zeros, update refused
         inputs, free, batch = {}, list(range(len(self.inputs))), total or edges[-1]
         for op, k in self.order:
             lo, hi = edges[k], edges[k + 1]
             if op == "F":
                 inputs[k] = self._forward(params, xb, k, lo, hi, free)
+                continue
+            if op == "W":
+                t0 = time.perf_counter()
+                self.stage.backward_weights(params, k, acc, 1.0 / batch, weights == 0)
+                self.busy += time.perf_counter() - t0
+                weights += 1
                 continue
             x = inputs.pop(k)
             status, loss = self._backward(params, acc, x, yb, k, lo, hi, batch, first=backwards == 0)
@@ -87,7 +94,11 @@ class StageRunner:
         if not self.last:
             self.down.recv(stage.output_delta(hi - lo), 2 * k + 1)
         t0 = time.perf_counter()
-        status, loss = stage.backward(params, x, yb[lo:hi] if self.last else None, k, acc, 1.0 / batch, first)
+        y = yb[lo:hi] if self.last else None
+        if self.split:
+            status, loss = stage.backward_input(params, x, y, k)
+        else:
+            status, loss = stage.backward(params, x, y, k, acc, 1.0 / batch, first)
         self.busy += time.perf_counter() - t0
         if not self.first:
             if status == BAD_LOSS:

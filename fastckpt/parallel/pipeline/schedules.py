@@ -1,17 +1,38 @@
 """Pipeline schedules: the order of one stage's micro-batch passes, and what that order keeps in flight.
 
 A schedule is a list of ``("F", k)`` (micro-batch ``k``'s forward pass) and
-``("B", k)`` (its backward pass) for one stage; the stages' lists together
-must never wait on each other in a cycle (``tests/test_pipeline.py`` plays them
-through the message rules of :mod:`fastckpt.parallel.pipeline.links`).
+``("B", k)`` (its backward pass) for one stage, and for ``zb1`` ``("W", k)``
+(the weight-gradient half of its backward pass, put off); the stages' lists
+together must never wait on each other in a cycle (``tests/test_pipeline.py``
+plays them through the message rules of :mod:`fastckpt.parallel.pipeline.links`).
+
+NOTE [ Zero bubble ]
+A layer's backward pass is two GEMMs: the delta of its input, ``dz W``, which
+the stage below waits for, and the weight gradient, ``dz^T a``, which nothing
+waits for until the optimizer step.  ``zb1`` (ZB-H1 of Qi et al., "Zero Bubble
+Pipeline Parallelism", ICLR 2024; PyTorch's ``ScheduleInterleavedZeroBubble``
+with one stage per rank) runs the first as ``B`` and keeps each layer's ``a``
+and ``dz`` until the second, ``W``.  Stage ``s`` of ``P`` warms up with
+1F1B's ``P - s - 1`` forwards, then runs F and B in turn, then the remaining
+Bs, adding after each B the oldest pending W, except for its first ``s``
+B's: those W's run at the end, where the stage would wait.  So every stage
+holds at most ``P`` micro-batches between their F and their W (1F1B's first
+stage holds as many), and with F, B and W taking one unit of time each (an
+MLP's are one GEMM per layer) the bubble is ``(P - 1) / (3 M + P - 1)`` for
+``M >= P`` micro-batches, against 1F1B's ``(P - 1) / (M + P - 1)``: a third
+of the idle time.  The W passes' deltas and layer inputs are the stage's
+memory for each micro-batch whose W is pending (:func:`pending_weights`,
+counted in the stage's plan).
 """
 
 
 def storage_slots(order):
-    """Slots a stage needs for ``order`` (a list of ("F"|"B", k)): the most micro-batches whose live set
+    """Slots a stage needs for ``order`` (a list of ("F"|"B"|"W", k)): the most micro-batches whose live set
     is stored, not in the arena, at any time (NOTE [ Micro-batches in flight ] in :mod:`.stage`)."""
     owner, stored, most = None, set(), 0
     for op, k in order:
+        if op == "W":                            # the stash's, not the arena's (NOTE [ Zero bubble ])
+            continue
         if op == "F":
             if owner is not None:
                 stored.add(owner)
@@ -28,7 +49,7 @@ def storage_slots(order):
     return most
 
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "zb1")
 
 
 def check_schedule(kind):
@@ -49,6 +70,8 @@ def schedule(kind, stage, stages, micro):
     """
     if kind == "gpipe":
         return [("F", k) for k in range(micro)] + [("B", k) for k in reversed(range(micro))]
+    if kind == "zb1":
+        return zero_bubble(stage, stages, micro)
     check_schedule(kind)
     warm = min(stages - stage - 1, micro)
     order = [("F", k) for k in range(warm)]
@@ -57,10 +80,40 @@ def schedule(kind, stage, stages, micro):
     return order + [("B", k) for k in range(micro - warm, micro)]
 
 
+def zero_bubble(stage, stages, micro):
+    """Stage ``stage``'s ``zb1`` order (NOTE [ Zero bubble ])."""
+    warm = min(stages - stage - 1, micro)
+    order = [("F", k) for k in range(warm)]
+    backwards = weights = 0
+
+    def backward():
+        nonlocal backwards, weights
+        order.append(("B", backwards))
+        backwards += 1
+        if backwards > stage:                      # the stage's first ``stage`` W's wait for the end
+            order.append(("W", weights))
+            weights += 1
+    for k in range(warm, micro):
+        order.append(("F", k))
+        backward()
+    while backwards < micro:
+        backward()
+    return order + [("W", k) for k in range(weights, micro)]
+
+
+def pending_weights(order):
+    """The most micro-batches whose B has run and W has not, at once (0 for a schedule without W)."""
+    live, most = 0, 0
+    for op, _ in order:
+        live += 1 if op == "B" else -1 if op == "W" else 0
+        most = max(most, live)
+    return most if any(op == "W" for op, _ in order) else 0
+
+
 def in_flight(order):
     """The most micro-batches between their forward and their backward pass at once."""
     live, most = 0, 0
     for op, _ in order:
-        live += 1 if op == "F" else -1
+        live += 1 if op == "F" else -1 if op == "B" else 0
         most = max(most, live)
     return most

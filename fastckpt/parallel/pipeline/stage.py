@@ -24,13 +24,20 @@ while the newest waits too); 0 on the last stage of 1F1B, whose backward
 follows its forward at once.  Copies cost memory bandwidth, not FLOPs, and a
 checkpointed stage copies only its checkpoints: recomputation inside the stage
 is what bounds the memory of every micro-batch in flight.
+
+Under ``zb1`` a micro-batch's backward pass is two calls (NOTE [ Zero bubble ]
+in :mod:`.schedules`): :meth:`Stage.backward_input` runs the plan's backward
+ops computing only the deltas, each layer's input and delta copied to one of
+``deferred`` stash slots, and :meth:`Stage.backward_weights` later makes the
+weight gradients from the slot, into a gradient buffer of its own (the arena's
+may hold another micro-batch's live set by then).
 """
 import numpy as np
 
 from fastckpt.core.activations import state_codes
-from fastckpt.core.layout import layout_array, param_blocks
+from fastckpt.core.layout import layout_array, param_blocks, param_layout
 from fastckpt.engine.workspace import Workspace
-from fastckpt.kernels import OK, run_ops
+from fastckpt.kernels import OK, run_ops, run_weights
 
 
 class Stage:
@@ -52,9 +59,11 @@ class Stage:
         The activation codes of the stage's states ``a[0] .. a[L]`` (the whole net's
         :func:`~fastckpt.core.activations.state_codes` from the stage's first layer);
         default: sigmoid hidden states.
+    deferred : int, optional
+        Stash slots for micro-batches whose weight gradients are put off (``zb1``); 0 by default.
     """
 
-    def __init__(self, plan, *, first_stage, last_stage, softmax, l2, slots, acts=None):
+    def __init__(self, plan, *, first_stage, last_stage, softmax, l2, slots, acts=None, deferred=0):
         self.plan = plan
         self.first_stage, self.last_stage = first_stage, last_stage
         self.softmax = bool(softmax and last_stage)
@@ -79,6 +88,11 @@ class Stage:
         self._stored = {}                  # micro-batch -> storage slot holding its live set
         self._owner = None                 # micro-batch whose live set is in the arena
         self.copied_bytes = 0
+        self.stash_at, stash_elems = stash_layout(plan.sizes, plan.batch_size)
+        self._stash = [np.empty(stash_elems, dtype=plan.dtype) for _ in range(deferred)]
+        self._stashed = {}                 # micro-batch -> (stash slot, rows) waiting for its weight gradients
+        self._w_grads = np.empty(param_layout(plan.sizes, plan.itemsize)[1] if deferred else 0, dtype=plan.dtype)
+        self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))
 
     def forward(self, params, x, k):
         """Micro-batch ``k``'s forward pass from its stage input ``x`` (rows, sizes[0]); returns
@@ -118,12 +132,42 @@ class Stage:
         self._owner = None
         return status, loss
 
-    def _run(self, params, x, y, lo, hi, acc, mode, l2, scale):
+    def backward_input(self, params, x, y, k):
+        """The input half of micro-batch ``k``'s backward pass (``zb1``'s B): the deltas, with the plan's
+        recomputation, each layer's input and delta stashed for :meth:`backward_weights`.  Returns
+        (status, loss) as :meth:`backward` does."""
+        if self._owner != k:
+            self._evict()
+            self._restore(k)
+        used = {slot for slot, _ in self._stashed.values()}
+        slot = next(i for i in range(len(self._stash)) if i not in used)     # sized by pending_weights
+        self._stashed[k] = (slot, x.shape[0])
+        stash = (self._stash[slot], self.stash_at)
+        y = self._no_y if y is None else y
+        loss = status = np.nan
+        for lo, hi in self.back_runs:
+            status, part = self._run(params, x, y, lo, hi, None, 0, self._no_l2, 0.0, stash)
+            loss = part if not np.isnan(part) else loss
+            if status != OK:
+                break
+        self._owner = None
+        return status, loss
+
+    def backward_weights(self, params, k, acc, scale, first):
+        """The weight half of micro-batch ``k``'s backward pass (``zb1``'s W), from its stash: copied into
+        ``acc`` when ``first`` (with the L2 term) or added, as :meth:`backward` does."""
+        slot, rows = self._stashed.pop(k)
+        run_weights(self._stash[slot], self.stash_at, rows, params, self._w_grads, self._layout, self._sizes,
+                    self.acts, scale, self.l2 if first else self._no_l2, self.workspace.scratch, acc,
+                    1 if first else 2, self._blocks)
+
+    def _run(self, params, x, y, lo, hi, acc, mode, l2, scale, stash=None):
         ws = self.workspace
         grads = ws.gradients()
         return run_ops(ws.table, lo, hi, x, y, params, grads, self._layout, self._sizes, ws.activations,
                        ws.deltas, ws.scratch, scale, False, 0.0, l2, self.acts, 0.0, False, self._counts,
-                       self._trace, grads if acc is None else acc, mode, self._blocks, *self._no_state)
+                       self._trace, grads if acc is None else acc, mode, self._blocks, *self._no_state,
+                       *(stash or self._no_stash))
 
     def _evict(self):
         """Copy the arena owner's live set to a free slot: another pass is about to overwrite it."""
@@ -146,6 +190,16 @@ class Stage:
             arena[lo:hi] = store[pos:pos + hi - lo]
             pos += hi - lo
         self.copied_bytes += pos * arena.itemsize
+
+
+def stash_layout(sizes, rows):
+    """Where each layer's input and delta go in a ``zb1`` stash slot: ((L, 2) int64 element offsets,
+    the slot's elements), for micro-batches of up to ``rows`` rows."""
+    at, pos = np.zeros((len(sizes) - 1, 2), dtype=np.int64), 0
+    for layer in range(len(sizes) - 1):
+        at[layer] = pos, pos + rows * sizes[layer]
+        pos += rows * (sizes[layer] + sizes[layer + 1])
+    return at, pos
 
 
 def live_ranges(plan, loss=True):

@@ -58,7 +58,9 @@ class PipelineTrainer(RankTrainer):
         The whole net, input first.
     micro_batches : int
         ``M``: each minibatch is split into ``M`` micro-batches (sizes differ by at most one).
-    schedule : {"gpipe", "1f1b"}, optional
+    schedule : {"gpipe", "1f1b", "zb1"}, optional
+        ``zb1`` puts each micro-batch's weight gradients off into 1F1B's bubble
+        (NOTE [ Zero bubble ] in :mod:`~fastckpt.parallel.pipeline.schedules`).
     strategy : str or Strategy, optional
         Checkpointing inside every stage (e.g. ``"sqrt"``, ``"revolve(2)"``); default ``"plain"``.
     dtype, loss, l2, activation, init, optimizer
