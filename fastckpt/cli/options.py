@@ -56,6 +56,16 @@ class Help(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
+def check_lone_flags(args):
+    """Refuse a flag of ``train`` that would change nothing without another: ``--force`` without
+    ``--save``, ``--bucket-bytes`` without ``--mpi``."""
+    if args.force and args.save is None:
+        raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
+    if args.bucket_bytes is not None and not args.mpi:
+        raise ValueError(f"--bucket-bytes {args.bucket_bytes} is an option of --mpi (the gradient's sum over the "
+                         "ranks); without --mpi it would change nothing")
+
+
 def sizes(text):
     try:
         values = [int(s) for s in text.split(",")]

@@ -201,6 +201,9 @@ def _train_parallel(p):
     p.add_argument("--parallel-batches", type=o.positive, default=None,
                    help="mini-batches per update (default: one per thread or rank, or the --resume file's)")
     p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
+    p.add_argument("--bucket-bytes", type=o.nbytes, default=None, metavar="BYTES",
+                   help="with --mpi: sum the gradient over the ranks in buckets of about BYTES (e.g. 25MiB), each "
+                        "started while the backward pass goes on (default: one ordered sum after it)")
     p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
                    help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
                         "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")

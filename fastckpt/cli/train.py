@@ -24,7 +24,7 @@ from fastckpt.planner.run import refuse_under_mkl
 from .bound import bounded
 from .data import check_trainable, load_data
 from .guard import RankGuard
-from .options import TRAIN_DEFAULTS, pipeline_options
+from .options import TRAIN_DEFAULTS, check_lone_flags, pipeline_options
 from .progress import TrainBar
 from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
 
@@ -92,8 +92,7 @@ def modes_of(args):
                          "--strategy every_nth(n), segments(k) or sqrt, or use --pipeline P with a bound per stage")
     if args.max_memory is not None:
         refuse_under_mkl("--max-memory", args.max_memory)
-    if args.force and args.save is None:
-        raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
+    check_lone_flags(args)
     if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):
         raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
@@ -243,7 +242,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
             run, before + net.accuracies, epoch + 1, updates_before + updates, len(training[0]),
             per_update or args.threads)))
     if args.mpi:
-        trainer = guard.run(MPITrainer, net)
+        trainer = guard.run(MPITrainer, net, bucket_bytes=args.bucket_bytes)
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
                              parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,

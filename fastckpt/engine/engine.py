@@ -88,7 +88,7 @@ class Engine:
         """Per-layer views (n_out, n_in) and (n_out,) of :attr:`grad`."""
         return layer_views(self.grad, self.plan.sizes)
 
-    def gradients(self, params, x, y, *, out=None, add=False, names=("x", "y")):
+    def gradients(self, params, x, y, *, out=None, add=False, names=("x", "y"), cuts=(), after=None):
         """The batch-mean gradients of ``(x, y)`` at ``params``; returns the mean loss.
 
         They are left in :attr:`grad`.  With ``out`` (a flat buffer from
@@ -96,6 +96,10 @@ class Engine:
         engine's) their weight and bias blocks are also written there, or added
         to what it holds when ``add``.  The engine does not take ``params.lock``:
         hold it when other threads may change the same parameters.
+        ``cuts`` (op indices) end kernel calls there too, and ``after(hi)`` is
+        called after each call that ran the ops before ``hi``: a layer's
+        gradient in :attr:`grad` is final once its backward op has run (the
+        overlapped all-reduce of :mod:`fastckpt.parallel.buckets` starts then).
         """
         self._check(params)
         if out is not None:
@@ -104,7 +108,7 @@ class Engine:
                 raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
         mode = 0 if out is None else 2 if add else 1
         with self._running():
-            return self._run(params, x, y, names, self.grad, None, out, params.blocks, mode)
+            return self._run(params, x, y, names, self.grad, None, out, params.blocks, mode, cuts=cuts, after=after)
 
     def sgd(self, params, x, y, eta, *, names=("x", "y")):
         """One SGD step on ``(x, y)``, in place; returns the mean loss.
@@ -186,7 +190,8 @@ class Engine:
                                "give each thread its own Engine")
         return _Release(self._busy)
 
-    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0, state=None):
+    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0, state=None, cuts=(),
+             after=None):
         """One pass over the plan, a kernel call per run of ops (:attr:`Workspace.runs`).  With
         ``eta``, each layer's update (SGD, or ``state``'s optimizer) is applied as soon as its
         gradient is final (optimizer in backward); else the gradients go to the flat buffer
@@ -207,7 +212,9 @@ class Engine:
             acc, blocks = grads, self._no_blocks
         hyper, state1, state2 = self._no_state if state is None else state.kernel_args()
         loss = np.nan
-        for first, (lo, hi) in enumerate(ws.runs):
+        runs = ws.runs if not cuts else [(max(lo, a), min(hi, b)) for lo, hi in ws.runs
+                                         for a, b in zip((0, *cuts), (*cuts, len(ws.table))) if max(lo, a) < min(hi, b)]
+        for first, (lo, hi) in enumerate(runs):
             status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
                                    ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
                                    self.l2_array, self.acts, penalty, first == 0, counts, trace,
@@ -221,6 +228,8 @@ class Engine:
                 raise FloatingPointError(f"the loss is {part} (non-finite); weights left unchanged")
             elif status >= BAD_UPDATE:
                 raise self._bad_update(status - BAD_UPDATE, state)
+            if after is not None:
+                after(hi)
         self.forward_counts[:] = counts.tolist()
         if self.trace is not None:
             names_of = ("fwd", "loss", "bwd")

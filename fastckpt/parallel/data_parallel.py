@@ -24,6 +24,7 @@ from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner.strategies import Fit
 
+from .buckets import Buckets
 from .mpi import Group, lab_loop
 from .rank_trainer import RankTrainer, digest
 
@@ -41,20 +42,29 @@ class MPITrainer(RankTrainer):
         :meth:`SGD` checks this and the other settings first.
     comm : mpi4py communicator, optional
         ``MPI.COMM_WORLD`` by default.
+    bucket_bytes : int, optional
+        Sum the gradient in buckets of about this many bytes, each started
+        while the backward pass goes on (NOTE [ Overlapped buckets ] in
+        :mod:`fastckpt.parallel.buckets`; PyTorch DDP's default is 25 MiB).
+        By default the gradient is summed to rank 0 in rank order after the
+        backward pass and broadcast.
     """
 
-    def __init__(self, net, comm=None):
+    def __init__(self, net, comm=None, bucket_bytes=None):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
+        self.bucket_bytes = None if bucket_bytes is None else check_positive_int(bucket_bytes, "bucket_bytes")
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
         self.net = net
-        self.group.agree(dict(self._net_settings(), mode=MODE))      # the first collective of every trainer
+        self.group.agree(dict(self._net_settings(), mode=MODE, bucket_bytes=self.bucket_bytes))   # the first one
         self.blas_threads = self.group.share_cores()
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
-        self._total = net.params.new_buffer() if self.rank == 0 else None
+        self._total = net.params.new_buffer() if self.rank == 0 or bucket_bytes else None
         self._local = net.params.new_buffer()
+        self._buckets = None if self.bucket_bytes is None or net.optimizer_in_backward else Buckets(
+            self.comm, self.MPI, net.sizes, net.dtype.itemsize, self.bucket_bytes, self._local, self._total)
         self._engine = None
         self.last_loss = None
 
@@ -89,6 +99,32 @@ class MPITrainer(RankTrainer):
             self._engine = Engine(self.plan(batch), self.net.loss, self.net.l2, self.net.activation)
         return self._engine
 
+    def _sum(self, xs, ys):
+        """This rank's gradient sum over ``xs``, summed over the ranks; returns the buffer holding it."""
+        net, local, buckets = self.net, self._local, self._buckets
+        if not xs:
+            local[...] = 0.0
+            if buckets is not None:
+                buckets.start_zeros()
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            engine = self._engine_for(np.shape(x)[0])
+            if buckets is not None and k == len(xs) - 1:           # the last overlaps the sum
+                after = buckets.start(engine.plan, engine.grad, add=k > 0)
+                self.last_loss = engine.gradients(net.params, x, y, cuts=buckets.cuts(engine.plan), after=after)
+            else:
+                self.last_loss = engine.gradients(net.params, x, y, out=local, add=k > 0)   # this rank's last
+        if buckets is not None:
+            buckets.wait()
+            return self._total
+        if self.bucket_bytes is not None:                          # the optimizer in backward: one sum
+            self.comm.Allreduce(local, self._total, op=self.MPI.SUM)
+            return self._total
+        self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
+        if self.rank == 0:
+            local[...] = self._total
+        self.comm.Bcast(local, root=0)
+        return local
+
     def update(self, x, y, eta):
         """One step of the net's optimizer on the mean of every rank's minibatch gradient (same size on every
         rank)."""
@@ -105,7 +141,7 @@ class MPITrainer(RankTrainer):
         refused update raises FloatingPointError on every rank; any other
         error ends the job.
         """
-        net, local = self.net, self._local
+        net = self.net
         with self.group.errors() as errors:
             eta = check_eta(eta)
             count = self.ranks * len(xs) if count is None else count
@@ -114,21 +150,13 @@ class MPITrainer(RankTrainer):
                              "the update")
             errors.shared = ()
             with net.params.lock:
-                if not xs:
-                    local[...] = 0.0
-                for k, (x, y) in enumerate(zip(xs, ys)):
-                    engine = self._engine_for(np.shape(x)[0])
-                    self.last_loss = engine.gradients(net.params, x, y, out=local, add=k > 0)   # this rank's last
-                self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
-                if self.rank == 0:
-                    local[...] = self._total
-                self.comm.Bcast(local, root=0)
+                total = self._sum(xs, ys)
                 errors.shared = FloatingPointError    # same gradient and weights everywhere: refused on all or none
                 if net.optimizer.slots == 0:
-                    net.params.update(local, eta / count)
+                    net.params.update(total, eta / count)
                 else:                                 # the mean gradient, then the optimizer's step, on every rank
-                    local *= 1.0 / count
-                    net.optimizer_state.apply(net.params, local, eta)
+                    total *= 1.0 / count
+                    net.optimizer_state.apply(net.params, total, eta)
 
     def _net_settings(self):
         """What must be the same on every rank: the net and its weights (a digest)."""

@@ -1,0 +1,147 @@
+"""The data-parallel gradient sum in overlapped buckets (MPITrainer(bucket_bytes=...), train --mpi --bucket-bytes):
+the buckets themselves, the same weights as the ordered sum, on every rank, and the memory of a rank."""
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_distributed import MPIEXEC, TRAIN, needs_mpi
+
+import fastckpt
+from fastckpt.core.layout import param_layout
+from fastckpt.distributed import MPITrainer
+from fastckpt.parallel.buckets import bucket_layers
+
+
+def test_buckets_are_the_fewest_top_layers_holding_the_bytes(rng):
+    """Against the definition, checked layer by layer: from the top, each bucket the shortest run of the
+    remaining layers reaching ``bucket_bytes``, or all that remain."""
+    for _ in range(200):
+        sizes = [int(n) for n in rng.integers(1, 60, size=rng.integers(2, 8))]
+        itemsize = int(rng.choice([4, 8]))
+        bucket = int(rng.integers(1, 30000))
+        starts = [w for w, _ in param_layout(sizes, itemsize)[0]] + [param_layout(sizes, itemsize)[1]]
+        expected, hi = [], len(sizes) - 1
+        while hi > 0:
+            lo = next((lo for lo in reversed(range(hi)) if (starts[hi] - starts[lo]) * itemsize >= bucket), 0)
+            expected.append((lo, hi))
+            hi = lo
+        got = bucket_layers(sizes, itemsize, bucket)
+        assert got == expected, (sizes, itemsize, bucket)
+        assert [layer for lo, hi in got for layer in reversed(range(lo, hi))] == list(reversed(range(len(sizes) - 1)))
+
+
+def test_bucket_bytes_must_be_a_positive_count():
+    net = fastckpt.Network([4, 3, 2])
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises((ValueError, TypeError), match="bucket_bytes"):
+            MPITrainer(net, bucket_bytes=bad)
+
+
+def test_train_refuses_bucket_bytes_without_mpi():
+    proc = subprocess.run([*TRAIN, "--bucket-bytes", "1MiB", "--epochs", "1"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--bucket-bytes 1048576 is an option of --mpi" in proc.stderr
+
+
+JOB = """
+import hashlib, json, sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+sizes, rank, ranks = [784, 64, 48, 32, 10], MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+rows = []
+for bucket, optimizer, strategy, dtype in json.loads(sys.argv[1]):
+    np.random.seed(0)
+    net = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy, optimizer=optimizer, l2=0.01, dtype=dtype)
+    trainer = MPITrainer(net, bucket_bytes=bucket)
+    rng = np.random.default_rng(rank)
+    for u in range(4):      # two minibatches per rank, then an update where only rank 0 has one
+        n = 2 if u < 3 else int(rank == 0)
+        xs = [rng.random((20, 784)).astype(dtype) for _ in range(n)]
+        ys = [rng.random((20, 10)).astype(dtype) for _ in range(n)]
+        trainer.update_many(xs, ys, 0.1, count=2 * ranks if u < 3 else 1)
+    rows.append(net.params.flat.tolist())
+everyone = MPI.COMM_WORLD.gather(rows)
+if rank == 0:
+    print(json.dumps(everyone))
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_buckets_give_every_rank_the_same_weights_as_the_ordered_sum(ranks):
+    """Buckets of one layer, a few layers and the whole net, with SGD and Adam, plain and checkpointed: every
+    rank holds the same bits; with 2 ranks they are the ordered sum's bits (a + b == b + a), with 3 they are
+    equal up to rounding (MPI's summation order)."""
+    cases = [[bucket, optimizer, strategy, dtype]
+             for bucket, (optimizer, strategy, dtype) in itertools.product(
+                 [None, 1, 20000, 10**9], [("sgd", "plain", "float64"), ("adam", "sqrt", "float64"),
+                                           ("momentum", "revolve(1)", "float32")])]
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", JOB, json.dumps(cases)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    everyone = json.loads(proc.stdout)
+    for rows in everyone[1:]:
+        assert rows == everyone[0]                       # every rank the same bits
+    weights = [np.array(w) for w in everyone[0]]
+    for k, case in enumerate(cases):
+        ordered = weights[[c[1:] for c in cases].index(case[1:])]          # the same case with bucket None
+        dtype = case[3]
+        assert np.any(weights[k] != 0)
+        if ranks == 2:
+            np.testing.assert_array_equal(weights[k], ordered, err_msg=str(case))
+        else:
+            tol = 1e-12 if dtype == "float64" else 1e-5
+            np.testing.assert_allclose(weights[k], ordered, rtol=tol, atol=tol, err_msg=str(case))
+
+
+@needs_mpi
+def test_train_with_buckets_saves_the_net_of_the_ordered_sum(tmp_path):
+    """--mpi --bucket-bytes on 2 ranks, 4 minibatches per update and a last update with one: the same file."""
+    outs = [tmp_path / "ordered.npz", tmp_path / "buckets.npz"]
+    net = ["--mpi", "--sizes", "784,30,20,10", "--epochs", "1", "--batch-size", "30", "--parallel-batches", "4",
+           "--optimizer", "adam", "--eta", "0.01", "--strategy", "sqrt", "--json", "--save"]
+    for out, extra in zip(outs, ([], ["--bucket-bytes", "8KiB"])):
+        proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *net, str(out), *extra], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (fastckpt.load(out) for out in outs)
+    for x, y in zip(a.weights + a.biases + a.optimizer_state.buffers, b.weights + b.biases + b.optimizer_state.buffers):
+        np.testing.assert_array_equal(x, y)
+
+
+@needs_mpi
+@pytest.mark.memory
+def test_a_bucketed_rank_holds_what_its_plan_says():
+    """memray on every rank: the send and sum buffers and MPI's temporaries of the buckets in flight are the
+    three gradient-sized exchange buffers of predicted_bytes."""
+    script = """
+import json, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+from fastckpt.report.measure import memray_peak
+sizes, batch = [784, 256, 256, 256, 256, 10], 500
+rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
+x, y = rng.random((batch, 784)), rng.random((batch, 10))
+def run(bucket):
+    np.random.seed(0)
+    trainer = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy="sqrt"), bucket_bytes=bucket)
+    for _ in range(2):
+        trainer.update(x, y, 0.1)
+    return trainer
+rows = []
+for bucket in (2**20, 2**30):
+    warm = run(bucket)
+    rows.append([memray_peak(lambda: run(bucket)), warm.predicted_bytes(batch)["total"]])
+rows = MPI.COMM_WORLD.gather(rows)
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print(json.dumps(rows))
+"""
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank_rows in json.loads(proc.stdout):
+        for peak, predicted in rank_rows:     # memray counts Python's objects one by one: ~60 KiB of them
+            assert abs(peak - predicted) <= 128 * 1024, rank_rows
