@@ -3,8 +3,9 @@
 Every rank holds the whole network, starts from the same weights and takes
 its own minibatch of each update: update ``u`` uses minibatches
 ``u * ranks + r`` for rank ``r``.  The gradients are summed to rank 0, in
-rank order, and broadcast back, so every rank applies the very same update and
-the weights stay identical everywhere.  With same-size minibatches an update
+rank order, and broadcast back (on 2 ranks one ``Allreduce``, the same bits:
+``a + b == b + a``), so every rank applies the very same update and the weights
+stay identical everywhere.  With same-size minibatches an update
 equals one step on their concatenation, up to rounding.  Checkpointing runs
 unchanged on each rank: each uses the network's own plan.
 
@@ -25,6 +26,7 @@ from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner.strategies import Fit
 
 from .buckets import Buckets
+from .grid import from_grid
 from .mpi import Group, lab_loop
 from .rank_trainer import RankTrainer, digest
 
@@ -48,12 +50,15 @@ class MPITrainer(RankTrainer):
         :mod:`fastckpt.parallel.buckets`; PyTorch DDP's default is 25 MiB).
         By default the gradient is summed to rank 0 in rank order after the
         backward pass and broadcast.
+    grid : Grid, optional
+        ``Grid(data=N)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm``.
     """
 
-    def __init__(self, net, comm=None, bucket_bytes=None):
+    def __init__(self, net, comm=None, bucket_bytes=None, *, grid=None):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
         self.bucket_bytes = None if bucket_bytes is None else check_positive_int(bucket_bytes, "bucket_bytes")
+        comm, _ = from_grid(grid, "data", comm, 1)
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
@@ -61,7 +66,7 @@ class MPITrainer(RankTrainer):
         self.group.agree(dict(self._net_settings(), mode=MODE, bucket_bytes=self.bucket_bytes))   # the first one
         self.blas_threads = self.group.share_cores()
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
-        self._total = net.params.new_buffer() if self.rank == 0 or bucket_bytes else None
+        self._total = net.params.new_buffer() if self.rank == 0 or bucket_bytes or self.ranks == 2 else None
         self._local = net.params.new_buffer()
         self._buckets = None if self.bucket_bytes is None or net.optimizer_in_backward else Buckets(
             self.comm, self.MPI, net.sizes, net.dtype.itemsize, self.bucket_bytes, self._local, self._total)
@@ -116,8 +121,8 @@ class MPITrainer(RankTrainer):
         if buckets is not None:
             buckets.wait()
             return self._total
-        if self.bucket_bytes is not None:                          # the optimizer in backward: one sum
-            self.comm.Allreduce(local, self._total, op=self.MPI.SUM)
+        if self.bucket_bytes is not None or self.ranks == 2:       # one Allreduce: on 2 ranks the ordered sum's
+            self.comm.Allreduce(local, self._total, op=self.MPI.SUM)   # bits (a + b == b + a), in fewer steps
             return self._total
         self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
         if self.rank == 0:

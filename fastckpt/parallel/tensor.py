@@ -70,6 +70,7 @@ from fastckpt.kernels import (
 )
 from fastckpt.planner import parse_strategy
 
+from .grid import from_grid
 from .mpi import Group, lab_loop, random_state
 from .pipeline.replicas import Replicas, check_replicas, place
 from .rank_trainer import RankTrainer
@@ -108,10 +109,14 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
         ``"plain"`` (default), ``"every_nth(n)"``, ``"segments(k)"`` or ``"sqrt"``: the states each rank
         keeps after the forward pass, the others computed again during the backward pass (NOTE
         [ Checkpoints in tensor parallelism ]); the weights are plain tensor parallelism's, bit for bit.
+    grid : Grid, optional
+        ``Grid(data=D, tensor=T)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm`` and
+        ``data_parallel``.
     """
 
     def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None, activation="sigmoid",
-                 init="lab", optimizer="sgd", data_parallel=1, strategy="plain"):
+                 init="lab", optimizer="sgd", data_parallel=1, strategy="plain", grid=None):
+        comm, data_parallel = from_grid(grid, "tensor", comm, data_parallel)
         self.group = Group(comm)
         self.MPI = self.group.MPI
         self.group.agree(self._checked(sizes, dtype, loss, l2, (activation, init, optimizer, data_parallel,

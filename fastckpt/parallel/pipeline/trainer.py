@@ -38,6 +38,7 @@ from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 
+from ..grid import from_grid
 from ..mpi import Group, lab_loop, random_state
 from ..rank_trainer import RankTrainer
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
@@ -80,6 +81,11 @@ class PipelineTrainer(RankTrainer):
     batch_size : int, optional
         The minibatch size the workspace and the memory prediction are for;
         default: that of the first update.
+    data_parallel : int, optional
+        ``D`` replicas of the pipeline on ``D x P`` ranks (:mod:`~fastckpt.parallel.pipeline.replicas`).
+    grid : Grid, optional
+        ``Grid(data=D, pipeline=P)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm`` and
+        ``data_parallel``.
 
     Every rank makes the trainer after the same ``np.random.seed``; the initial
     weights are those of ``Network(sizes, init=init)`` from that seed, each rank keeping
@@ -89,7 +95,8 @@ class PipelineTrainer(RankTrainer):
 
     def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
                  loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
-                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1):
+                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1, grid=None):
+        comm, data_parallel = from_grid(grid, "pipeline", comm, data_parallel)
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.group.agree(self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
