@@ -31,7 +31,7 @@ from .mpi import Group, lab_loop
 from .rank_trainer import RankTrainer, digest
 
 MODE = "data parallel (--mpi)"
-EXCHANGE_BUFFERS = 3               # gradient-sized buffers of an update's reduce and broadcast, per rank
+EXCHANGE_BUFFERS = 3               # gradient-sized buffers of an update's exchange (send, sum, MPI's), per rank
 
 
 class MPITrainer(RankTrainer):
