@@ -22,6 +22,8 @@ def run(case, x, y, gather=True):
                                                "activation", "init", "optimizer", "data_parallel")
           if k in case}
     batch, micro = case.get("batch", 20), case.get("micro", 2)
+    if case.get("x_dtype"):                                  # data in another dtype: the stages copy it
+        x = x[:batch * case.get("updates", 3)].astype(case["x_dtype"])
     np.random.seed(0)
     trainer = PipelineTrainer(case["sizes"], micro, batch_size=batch, **kw)
     before = trainer.gather() if gather else None           # the whole net: not part of a stage's peak

@@ -43,7 +43,7 @@ def test_bucket_bytes_must_be_a_positive_count():
 def test_train_refuses_bucket_bytes_without_mpi():
     proc = subprocess.run([*TRAIN, "--bucket-bytes", "1MiB", "--epochs", "1"], capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2 and "--bucket-bytes 1048576 is an option of --mpi" in proc.stderr
+    assert proc.returncode == 2 and "--bucket-bytes 1MiB is an option of --mpi" in proc.stderr
 
 
 JOB = """
@@ -124,7 +124,8 @@ def test_train_with_buckets_saves_the_net_of_the_ordered_sum(tmp_path):
 @pytest.mark.memory
 def test_a_bucketed_rank_holds_what_its_plan_says():
     """memray on every rank: the send and sum buffers and MPI's temporaries of the buckets in flight are the
-    three gradient-sized exchange buffers of predicted_bytes."""
+    three gradient-sized exchange buffers of predicted_bytes, for a net with the optimizer in backward too
+    (its step here is the gradients' plan: the ranks' sum comes before any update)."""
     script = """
 import json, numpy as np, fastckpt
 from mpi4py import MPI
@@ -133,16 +134,17 @@ from fastckpt.report.measure import memray_peak
 sizes, batch = [784, 256, 256, 256, 256, 10], 500
 rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
 x, y = rng.random((batch, 784)), rng.random((batch, 10))
-def run(bucket):
+def run(bucket, fused):
     np.random.seed(0)
-    trainer = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy="sqrt"), bucket_bytes=bucket)
+    net = fastckpt.NetworkWithCheckpointing(sizes, strategy="sqrt", optimizer_in_backward=fused, optimizer="adam")
+    trainer = MPITrainer(net, bucket_bytes=bucket)
     for _ in range(2):
         trainer.update(x, y, 0.1)
     return trainer
 rows = []
-for bucket in (2**20, 2**30):
-    warm = run(bucket)
-    rows.append([memray_peak(lambda: run(bucket)), warm.predicted_bytes(batch)["total"]])
+for bucket, fused in ((2**20, False), (2**30, False), (None, True), (2**20, True)):
+    warm = run(bucket, fused)     # a net with the optimizer in backward sums its gradients first here too
+    rows.append([memray_peak(lambda: run(bucket, fused)), warm.predicted_bytes(batch)["total"]])
 rows = MPI.COMM_WORLD.gather(rows)
 if MPI.COMM_WORLD.Get_rank() == 0:
     print(json.dumps(rows))
@@ -153,3 +155,34 @@ if MPI.COMM_WORLD.Get_rank() == 0:
     for rank_rows in json.loads(proc.stdout):
         for peak, predicted in rank_rows:     # memray counts Python's objects one by one: ~60 KiB of them
             assert abs(peak - predicted) <= 128 * 1024, rank_rows
+
+
+ONE_RANK_WRONG = """
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import Grid, MPITrainer, PipelineTrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+try:
+    if sys.argv[1] == "bucket":
+        MPITrainer(fastckpt.Network([784, 30, 10]), bucket_bytes=0 if rank == 0 else 1024)
+    else:
+        PipelineTrainer([784, 30, 20, 10], 2, grid="x" if rank == 0 else Grid(pipeline=2))
+except (ValueError, TypeError) as exc:
+    said = MPI.COMM_WORLD.gather(f"rank {rank}: {type(exc).__name__}: {exc}")    # one writer: no interleaving
+    if rank == 0:
+        print(chr(10).join(said))
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("kind", ["bucket", "grid"])
+def test_a_setting_wrong_on_one_rank_is_refused_on_every_rank(kind):
+    """bucket_bytes or grid= wrong on rank 0 alone: every rank raises, none waits for the others."""
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", ONE_RANK_WRONG, kind], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(proc.stdout.splitlines())
+    said = "bucket_bytes must be >= 1, got 0" if kind == "bucket" else "grid must be a fastckpt.distributed.Grid"
+    assert len(lines) == 2 and all(said in line for line in lines), lines
+    assert "refused on rank 0" in lines[1], lines               # rank 1 names the rank that was wrong

@@ -8,14 +8,14 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
 
 
 @pytest.mark.parametrize("flags, said", [
-    (["--micro-batches", "3"], "--micro-batches is an option of --pipeline P; without --pipeline it would change"),
-    (["--schedule", "1f1b"], "--schedule is an option of --pipeline P"),
-    (["--data-parallel", "2"], "--data-parallel is an option of --pipeline P or --tensor-parallel; without them it "
+    (["--micro-batches", "3"], "--micro-batches 3 is an option of --pipeline P; without --pipeline it would change"),
+    (["--schedule", "1f1b"], "--schedule 1f1b is an option of --pipeline P"),
+    (["--data-parallel", "2"], "--data-parallel 2 is an option of --pipeline P or --tensor-parallel; without them it "
                                "would change nothing"),
-    (["--mpi", "--data-parallel", "2"], "--data-parallel is an option of --pipeline P or --tensor-parallel"),
-    (["--transport", "int8"], "--transport is an option of --pipeline P"),
-    (["--partition", "2,1"], "--partition is an option of --pipeline P"),
-    (["--mpi", "--transport", "float16"], "--transport is an option of --pipeline P"),
+    (["--mpi", "--data-parallel", "2"], "--data-parallel 2 is an option of --pipeline P or --tensor-parallel"),
+    (["--transport", "int8"], "--transport int8 is an option of --pipeline P"),
+    (["--partition", "2,1"], "--partition 2,1 is an option of --pipeline P"),
+    (["--mpi", "--transport", "float16"], "--transport float16 is an option of --pipeline P"),
     (["--tensor-parallel", "--max-memory", "1KiB"], "--max-memory does not apply to --tensor-parallel"),
     (["--tensor-parallel", "--strategy", "revolve(2)"], "strategy revolve(2) does not apply to tensor parallelism, "
                                                         "which recomputes each dropped state once"),

@@ -31,6 +31,7 @@ SETUP = {
     ("docs/model-parallel.md", 0): dict(before="import numpy as np\nx = np.random.default_rng(0).random((64, 784))\n"
                                                "y = np.eye(10)[np.arange(64) % 10]\n", ranks=2),
     ("docs/model-parallel.md", 1): dict(ranks=4),
+    ("docs/model-parallel.md", 2): dict(ranks=4),
     ("docs/planning.md", 1): dict(argv=["8", "revolve(4)"]),
 }
 

@@ -118,12 +118,14 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
                  ("1f1b", "plain", "native", "sgd"), ("1f1b", "revolve(1)", "int8", "sgd"),
                  ("gpipe", "every_nth(2)", "float16", "sgd"), ("1f1b", "sqrt", "native", "adam"),
                  ("zb1", "plain", "native", "sgd"), ("zb1", "sqrt", "bfloat16", "adam")]]
+    cases.append(dict(cases[-1], x_dtype="float32", out=str(tmp_path / "float32-x.json")))   # x copied: counted
     _job(2, cases, timeout=400)
     for case in cases:
         for rank, (peak, predicted) in enumerate(json.load(open(case["out"]))):
             total = predicted["total"]
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
             assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
+            assert predicted["staging"] == 256 * (784 if rank == 0 else 10) * 8
             assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
 
 
@@ -206,7 +208,7 @@ def test_cli_pipeline_trains_like_one_process(tmp_path, net):
     (["--pipeline", "3"], "--pipeline 3 needs 3 ranks (mpiexec -n 3), got 2"),
     (["--pipeline", "2", "--partition", "2,2"], "partition must give the layers of each of the 2 stages"),
     (["--pipeline", "2", "--strategy", "segments(3)"], "does not fit stage 0"),
-    (["--pipeline", "2", "--micro-batches", "11"], "a minibatch of 10 samples cannot make 11 micro-batches"),
+    (["--pipeline", "2", "--micro-batches", "11"], "--batch-size 10 is too small for --micro-batches 11"),
     (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline and --tensor-parallel"),
 ])
 def test_bad_pipeline_settings_are_one_clear_error_not_a_hang(args, message):

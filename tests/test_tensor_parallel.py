@@ -346,7 +346,8 @@ def test_a_tensor_x_data_grid_trains_as_one_process(grid, name):
 
 @pytest.mark.parametrize("flags, said", [
     (["-n", "3", "--data-parallel", "2"], "--data-parallel 2 with --tensor-parallel needs a multiple of 2 ranks"),
-    (["-n", "2", "--data-parallel", "2", "--batch-size", "1"], "--batch-size 1 is smaller than --data-parallel 2"),
+    (["-n", "2", "--data-parallel", "2", "--batch-size", "1"],
+     "--batch-size 1 is too small for --data-parallel 2: every micro-batch of every replica needs at least one row"),
 ])
 def test_a_grid_that_cannot_be_made_is_refused_in_one_line(flags, said):
     ranks, rest = flags[:2], flags[2:]

@@ -3,7 +3,7 @@ import argparse
 import math
 
 from fastckpt.core.lr import parse_lr_schedule
-from fastckpt.planner.strategies import parse_bytes, parse_strategies, parse_strategy
+from fastckpt.planner.strategies import format_bytes, parse_bytes, parse_strategies, parse_strategy
 
 from .guard import leave_job
 
@@ -56,14 +56,34 @@ class Help(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
+def check_grid(args, run, ranks):
+    """Refuse a grid of replicas that the job's ``ranks`` or the batch cannot make."""
+    replicas = args.data_parallel or 1
+    if args.pipeline and args.pipeline * replicas != ranks:
+        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
+            f"--pipeline {args.pipeline}"
+        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
+                         f"got {ranks}")
+    micro = pipeline_options(args)["micro_batches"] if args.pipeline else 1
+    if (args.pipeline or args.tensor_parallel) and run.batch_size < replicas * micro:
+        each = f"--micro-batches {micro} on each of --data-parallel {replicas} replicas" if args.pipeline and \
+            replicas > 1 else f"--micro-batches {micro}" if args.pipeline else f"--data-parallel {replicas}"
+        raise ValueError(f"--batch-size {run.batch_size} is too small for {each}: every micro-batch of every "
+                         f"replica needs at least one row (--batch-size {replicas * micro} or more)")
+    if args.tensor_parallel and ranks % replicas:
+        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
+                         f"({replicas} replicas of the net split over the same number of ranks each), "
+                         f"got {ranks}")
+
+
 def check_lone_flags(args):
     """Refuse a flag of ``train`` that would change nothing without another: ``--force`` without
     ``--save``, ``--bucket-bytes`` without ``--mpi``."""
     if args.force and args.save is None:
         raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
     if args.bucket_bytes is not None and not args.mpi:
-        raise ValueError(f"--bucket-bytes {args.bucket_bytes} is an option of --mpi (the gradient's sum over the "
-                         "ranks); without --mpi it would change nothing")
+        raise ValueError(f"--bucket-bytes {format_bytes(args.bucket_bytes)} is an option of --mpi (the gradient's "
+                         "sum over the ranks); without --mpi it would change nothing")
 
 
 def sizes(text):

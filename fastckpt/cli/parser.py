@@ -191,7 +191,8 @@ def _train(p):
     p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
     p.add_argument("--resume", default=None, metavar="FILE",
                    help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
-                        "stopped (one process or --threads; default: start afresh)")
+                        "stopped, in the file's mode (one process, --threads, --mpi, --pipeline or "
+                        "--tensor-parallel, on the same ranks; default: start afresh)")
     _json(p)
     _blas_threads(p)
 

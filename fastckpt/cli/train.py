@@ -24,7 +24,7 @@ from fastckpt.planner.run import refuse_under_mkl
 from .bound import bounded
 from .data import check_trainable, load_data
 from .guard import RankGuard
-from .options import TRAIN_DEFAULTS, check_lone_flags, pipeline_options
+from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options
 from .progress import TrainBar
 from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
 
@@ -85,7 +85,9 @@ def modes_of(args):
                  if getattr(args, key) is not None and not (key == "data_parallel" and args.tensor_parallel)]
         if given:
             also = " or --tensor-parallel" if given[0] == "--data-parallel" else ""
-            raise ValueError(f"{given[0]} is an option of --pipeline P{also}; without "
+            value = getattr(args, given[0][2:].replace("-", "_"))
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            raise ValueError(f"{given[0]} {shown} is an option of --pipeline P{also}; without "
                              f"{'them' if also else '--pipeline'} it would change nothing")
     if args.tensor_parallel and args.max_memory is not None:
         raise ValueError("--max-memory does not apply to --tensor-parallel, which plans no bound per rank; give "
@@ -120,7 +122,7 @@ def train(args):
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if guard is not None:
         guard.agree({"--save": "given" if args.save else "not given"})
-    _check_grid(args, run, guard)
+    check_grid(args, run, guard.ranks)
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
     if state is not None and state["n_train"] != len(x_train):
@@ -157,23 +159,6 @@ def train(args):
     if lead:
         _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
     return 0
-
-
-def _check_grid(args, run, guard):
-    """Refuse a grid of replicas that the ranks or the batch cannot make."""
-    replicas = args.data_parallel or 1
-    if args.pipeline and args.pipeline * replicas != guard.ranks:
-        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
-            f"--pipeline {args.pipeline}"
-        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
-                         f"got {guard.ranks}")
-    if args.tensor_parallel and run.batch_size < replicas:
-        raise ValueError(f"--batch-size {run.batch_size} is smaller than --data-parallel {replicas}: each replica "
-                         "needs at least one row of every mini-batch")
-    if args.tensor_parallel and guard.ranks % replicas:
-        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
-                         f"({replicas} replicas of the net split over the same number of ranks each), "
-                         f"got {guard.ranks}")
 
 
 def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, state=None):

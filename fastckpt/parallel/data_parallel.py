@@ -27,7 +27,7 @@ from fastckpt.planner.strategies import Fit
 
 from .buckets import Buckets
 from .grid import from_grid
-from .mpi import Group, lab_loop
+from .mpi import Group, lab_loop, launched_ranks
 from .rank_trainer import RankTrainer, digest
 
 MODE = "data parallel (--mpi)"
@@ -57,18 +57,24 @@ class MPITrainer(RankTrainer):
     def __init__(self, net, comm=None, bucket_bytes=None, *, grid=None):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
-        self.bucket_bytes = None if bucket_bytes is None else check_positive_int(bucket_bytes, "bucket_bytes")
-        comm, _ = from_grid(grid, "data", comm, 1)
+        self.net = net
+        try:                                         # an error here is every rank's, through the agreement below
+            self.bucket_bytes = None if bucket_bytes is None else check_positive_int(bucket_bytes, "bucket_bytes")
+            comm, _ = from_grid(grid, "data", comm, 1)
+            mine = dict(self._net_settings(), mode=MODE, bucket_bytes=self.bucket_bytes)
+        except (ValueError, TypeError) as exc:
+            if launched_ranks() == 1:                # no other rank to tell
+                raise
+            mine = exc
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.rank, self.ranks = self.group.rank, self.group.size
-        self.net = net
-        self.group.agree(dict(self._net_settings(), mode=MODE, bucket_bytes=self.bucket_bytes))   # the first one
+        self.group.agree(mine)                                        # the first collective of every trainer
         self.blas_threads = self.group.share_cores()
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
         self._total = net.params.new_buffer() if self.rank == 0 or bucket_bytes or self.ranks == 2 else None
         self._local = net.params.new_buffer()
-        self._buckets = None if self.bucket_bytes is None or net.optimizer_in_backward else Buckets(
+        self._buckets = None if self.bucket_bytes is None else Buckets(
             self.comm, self.MPI, net.sizes, net.dtype.itemsize, self.bucket_bytes, self._local, self._total)
         self._engine = None
         self.last_loss = None
@@ -78,12 +84,12 @@ class MPITrainer(RankTrainer):
         bound holds for what each rank holds): this rank's gradient sum, rank 0's reduced one and MPI's own
         temporary for the reduce, each the parameters' size (measured with memray on mpich)."""
         net, buffers = self.net, EXCHANGE_BUFFERS * self.net.params.flat.nbytes
-        if not isinstance(net.strategy, Fit):
-            return net.plan(batch)
+        if not isinstance(net.strategy, Fit):        # the ranks' gradients are summed before any step: no
+            return net.plan(batch, optimizer_in_backward=False)     # optimizer in the backward pass here
         try:
             if net.strategy.nbytes <= buffers:
                 raise InfeasiblePlan("", buffers + 1)
-            return net.plan(batch, strategy=Fit(net.strategy.nbytes - buffers))
+            return net.plan(batch, strategy=Fit(net.strategy.nbytes - buffers), optimizer_in_backward=False)
         except InfeasiblePlan as exc:
             least = exc.minimum_bytes + buffers
             raise InfeasiblePlan(f"{net.strategy} with --mpi: a rank's step and the gradient buffers of the "
@@ -121,8 +127,8 @@ class MPITrainer(RankTrainer):
         if buckets is not None:
             buckets.wait()
             return self._total
-        if self.bucket_bytes is not None or self.ranks == 2:       # one Allreduce: on 2 ranks the ordered sum's
-            self.comm.Allreduce(local, self._total, op=self.MPI.SUM)   # bits (a + b == b + a), in fewer steps
+        if self.ranks == 2:                                        # one Allreduce: the ordered sum's bits
+            self.comm.Allreduce(local, self._total, op=self.MPI.SUM)   # (a + b == b + a), in fewer steps
             return self._total
         self.comm.Reduce(local, self._total, op=self.MPI.SUM, root=0)
         if self.rank == 0:

@@ -54,6 +54,19 @@ class Grid:
         return f"Grid(data={self.data}, pipeline={self.pipeline}, tensor={self.tensor})"
 
 
+def grid_args(grid, kind, comm, data_parallel):
+    """:func:`from_grid`, its error returned, not raised: ``(comm, data_parallel, error or None)``, so that
+    a trainer refuses it on every rank through its settings' agreement (raised at once when no other rank
+    could wait)."""
+    try:
+        return (*from_grid(grid, kind, comm, data_parallel), None)
+    except (ValueError, TypeError) as exc:
+        from .mpi import launched_ranks
+        if launched_ranks() == 1:
+            raise
+        return comm, data_parallel, exc
+
+
 def from_grid(grid, kind, comm, data_parallel):
     """``(comm, data_parallel)`` a trainer of ``kind`` ("data", "pipeline" or "tensor") runs on: its own
     arguments, or ``grid``'s when one is given (then without ``comm`` or ``data_parallel``)."""
@@ -62,7 +75,8 @@ def from_grid(grid, kind, comm, data_parallel):
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a fastckpt.distributed.Grid, got {type(grid).__name__}")
     if comm is not None or data_parallel != 1:
-        raise ValueError(f"give grid={grid!r} or comm and data_parallel, not both")
+        others = "comm" if kind == "data" else "comm and data_parallel"
+        raise ValueError(f"give grid={grid!r} or {others}, not both")
     other = {"data": ("pipeline", "tensor"), "pipeline": ("tensor",), "tensor": ("pipeline",)}[kind]
     for axis in other:
         if getattr(grid, axis) > 1:

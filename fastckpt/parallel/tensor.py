@@ -70,7 +70,7 @@ from fastckpt.kernels import (
 )
 from fastckpt.planner import parse_strategy
 
-from .grid import from_grid
+from .grid import grid_args
 from .mpi import Group, lab_loop, random_state
 from .pipeline.replicas import Replicas, check_replicas, place
 from .rank_trainer import RankTrainer
@@ -116,11 +116,11 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
 
     def __init__(self, sizes, *, dtype=np.float64, loss="quadratic", l2=0.0, comm=None, activation="sigmoid",
                  init="lab", optimizer="sgd", data_parallel=1, strategy="plain", grid=None):
-        comm, data_parallel = from_grid(grid, "tensor", comm, data_parallel)
+        comm, data_parallel, wrong = grid_args(grid, "tensor", comm, data_parallel)
         self.group = Group(comm)
         self.MPI = self.group.MPI
-        self.group.agree(self._checked(sizes, dtype, loss, l2, (activation, init, optimizer, data_parallel,
-                                                                strategy)), "TensorParallelTrainer arguments")
+        self.group.agree(wrong or self._checked(sizes, dtype, loss, l2, (activation, init, optimizer, data_parallel,
+                                                                         strategy)), "TensorParallelTrainer arguments")
         self.replicas = Replicas(self.group, self.data_parallel)       # NOTE [ Tensor x data ]
         self.comm = self.replicas.pipe.comm                             # this replica's shards
         with self.group.errors():                             # NOTE [ Errors on every rank ]

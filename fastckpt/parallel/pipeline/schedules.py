@@ -14,8 +14,8 @@ Pipeline Parallelism", ICLR 2024; PyTorch's ``ScheduleInterleavedZeroBubble``
 with one stage per rank) runs the first as ``B`` and keeps each layer's ``a``
 and ``dz`` until the second, ``W``.  Stage ``s`` of ``P`` warms up with
 1F1B's ``P - s - 1`` forwards, then runs F and B in turn, then the remaining
-Bs, adding after each B the oldest pending W, except for its first ``s``
-B's: those W's run at the end, where the stage would wait.  So every stage
+Bs; each B from the ``(s + 1)``-th on is followed by the oldest pending W, and
+the ``s`` W's still pending run at the end, where the stage would wait.  So every stage
 holds at most ``P`` micro-batches between their F and their W (1F1B's first
 stage holds as many), and with F, B and W taking one unit of time each (an
 MLP's are one GEMM per layer) the bubble is ``(P - 1) / (3 M + P - 1)`` for

@@ -38,7 +38,7 @@ from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 
-from ..grid import from_grid
+from ..grid import grid_args
 from ..mpi import Group, lab_loop, random_state
 from ..rank_trainer import RankTrainer
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
@@ -96,12 +96,12 @@ class PipelineTrainer(RankTrainer):
     def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
                  loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
                  batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1, grid=None):
-        comm, data_parallel = from_grid(grid, "pipeline", comm, data_parallel)
+        comm, data_parallel, wrong = grid_args(grid, "pipeline", comm, data_parallel)
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
-        self.group.agree(self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
-                                       batch_size, (activation, init, optimizer, data_parallel), partition,
-                                       memory_limit), "PipelineTrainer arguments")
+        self.group.agree(wrong or self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
+                                                batch_size, (activation, init, optimizer, data_parallel), partition,
+                                                memory_limit), "PipelineTrainer arguments")
         self.replicas = Replicas(self.group, self.data_parallel)          # NOTE in pipeline/replicas.py
         self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
@@ -176,7 +176,7 @@ class PipelineTrainer(RankTrainer):
     def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1)
+                           self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1, batch)
 
     def update_mini_batch(self, x, y, eta):
         """One step of the optimizer on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
@@ -205,9 +205,11 @@ class PipelineTrainer(RankTrainer):
     def _minibatch(self, x, y, eta):
         """``(x, y, eta)`` checked as this stage uses them (the first reads x, the last y)."""
         eta = check_eta(eta)
-        xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last))
+        xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last),
+                                         copy=True)                  # always: the plan counts the copies
         if xb.shape[0] // self.data_parallel < self.micro_batches:
-            raise ValueError(f"a minibatch of {xb.shape[0]} samples cannot make {self.micro_batches} micro-batches"
+            raise ValueError(f"micro_batches={self.micro_batches}: a minibatch of {xb.shape[0]} samples cannot make "
+                             f"{self.micro_batches} micro-batches"
                              + (f" on each of {self.data_parallel} replicas" if self.data_parallel > 1 else ""))
         for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
             if used and not all_finite(arr):
@@ -224,7 +226,8 @@ class PipelineTrainer(RankTrainer):
         if self._runner is None or self._runner.rows < rows:
             self._runner = None                                                # free the old buffers first
             plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
-                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1)
+                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1,
+                              max(total, self._staging.rows))
             self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
