@@ -44,6 +44,29 @@ def test_a_resumed_run_is_the_unbroken_run_bit_for_bit(mode, tmp_path):
 
 
 @needs_mpi
+def test_a_pipeline_resume_takes_the_files_micro_batches_schedule_and_transport(tmp_path):
+    """--pipeline 2 alone goes on with the file's --micro-batches, --schedule and --transport, as every other
+    setting does, bit for bit; one given otherwise is refused."""
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    shape = ["--pipeline", "2", "--micro-batches", "3", "--schedule", "zb1", "--transport", "bfloat16"]
+    for out, epochs in ((whole, "2"), (part, "1")):
+        proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, *shape, "--epochs", epochs, "--save", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, "--pipeline", "2", "--epochs", "2", "--resume", str(part),
+                           "--save", str(part)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = fastckpt.load(whole), fastckpt.load(part)
+    assert a.training_state["mode"] == b.training_state["mode"]
+    for x, y in zip(a.weights + a.biases + a.optimizer_state.buffers, b.weights + b.biases + b.optimizer_state.buffers):
+        np.testing.assert_array_equal(x, y)
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, "--pipeline", "2", "--schedule", "1f1b", "--epochs", "3",
+                           "--resume", str(part), "--save", str(part)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--schedule zb1 --transport bfloat16, and this run would go on with --pipeline 2 " \
+        "--micro-batches 3 --schedule 1f1b --transport bfloat16" in proc.stderr, proc.stderr
+
+
+@needs_mpi
 def test_a_resume_in_another_mode_is_refused_in_one_line(tmp_path):
     part = tmp_path / "part.npz"
     _train("mpi", "--epochs", "1", "--save", str(part))

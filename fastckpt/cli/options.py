@@ -16,9 +16,10 @@ TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float6
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
 
 
-def pipeline_options(args):
-    """``--micro-batches``, ``--schedule``, ``--transport`` and ``--partition`` as given, else their defaults."""
-    return {key: default if getattr(args, key) is None else getattr(args, key)
+def pipeline_options(args, saved=None):
+    """``--micro-batches``, ``--schedule``, ``--transport`` and ``--partition`` as given, else the --resume
+    file's (``saved``), else their defaults."""
+    return {key: getattr(args, key) if getattr(args, key) is not None else (saved or {}).get(key, default)
             for key, default in PIPELINE_DEFAULTS.items()}
 
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
@@ -64,7 +65,7 @@ def check_grid(args, run, ranks):
             f"--pipeline {args.pipeline}"
         raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
                          f"got {ranks}")
-    micro = pipeline_options(args)["micro_batches"] if args.pipeline else 1
+    micro = run.pipeline["micro_batches"] if args.pipeline else 1
     if (args.pipeline or args.tensor_parallel) and run.batch_size < replicas * micro:
         each = f"--micro-batches {micro} on each of --data-parallel {replicas} replicas" if args.pipeline and \
             replicas > 1 else f"--micro-batches {micro}" if args.pipeline else f"--data-parallel {replicas}"

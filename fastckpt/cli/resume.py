@@ -34,11 +34,12 @@ STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 
          "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
 
 
-def run_mode(args):
+def run_mode(args, saved_pipeline=None):
     """How ``args`` trains, as a --resume file records it: ``"on one process"`` (threads too: their sums
-    follow the minibatch order), or the MPI mode with what shapes its sums."""
+    follow the minibatch order), or the MPI mode with what shapes its sums (the pipeline's options not
+    given taken from ``saved_pipeline``, a --resume file's)."""
     if args.pipeline:
-        pipe = pipeline_options(args)
+        pipe = pipeline_options(args, saved_pipeline)
         return (f"with --pipeline {args.pipeline}"
                 + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
                 + f" --micro-batches {pipe['micro_batches']} --schedule "
@@ -51,6 +52,20 @@ def run_mode(args):
         return (f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'}{grid} on {ranks} "
                 f"rank{'s' * (ranks > 1)}")
     return "on one process"
+
+
+def file_pipeline(mode):
+    """The pipeline options a file's recorded ``mode`` (:func:`run_mode`) was trained with, as
+    :func:`~fastckpt.cli.options.pipeline_options` gives them; empty for another mode."""
+    words = mode.split()
+    if "--pipeline" not in words:
+        return {}
+    given = dict(zip(words[1::2], words[2::2]))          # "with --pipeline P --micro-batches M ..."
+    found = {"micro_batches": int(given["--micro-batches"]), "schedule": given["--schedule"],
+             "transport": given["--transport"]}
+    if "--partition" in given:
+        found["partition"] = [int(n) for n in given["--partition"].split(",")]
+    return found
 
 
 def training_state(run, accuracies, epochs_done, updates_done, n_train, per_update):
@@ -96,7 +111,8 @@ def resumed(args, modes):
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
                          "train --save writes one after every epoch")
     _check_state(state, args.resume)
-    trained, now = state.get("mode", "on one process"), run_mode(args)
+    trained = state.get("mode", "on one process")
+    now = run_mode(args, file_pipeline(trained))      # --micro-batches, --schedule ... default to the file's
     if trained != now:
         raise ValueError(f"--resume {args.resume!r} was trained {trained}, and this run would go on {now}: resume "
                          "it as it was trained (fastckpt.load reads its net anywhere)")
@@ -135,7 +151,8 @@ def resumed(args, modes):
                              f"--{key} out to go on with the file's")
     np.random.set_state(state["rng"])
     return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
-                            validation=state.get("validation"), lr_schedule=state.get("lr_schedule"))
+                            validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
+                            pipeline=file_pipeline(trained))
 
 
 def _check_same(args, key, saved, state):

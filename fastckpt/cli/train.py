@@ -52,6 +52,7 @@ class Run:
     data_sha256: str | None = None
     lr_schedule: str | None = None
     mode: str = "on one process"
+    pipeline: dict | None = None
 
 
 def settle(args, saved=None):
@@ -66,7 +67,8 @@ def settle(args, saved=None):
         values[key] = getattr(args, key) if saved is None or getattr(args, key) is not None else saved.get(key)
     schedule = args.lr_schedule if args.lr_schedule is not None else (saved or {}).get("lr_schedule")
     values["lr_schedule"] = str(parse_lr_schedule(schedule).resolved(args.epochs))   # cosine's T fixed, for resumes
-    return Run(**values, mode=run_mode(args))
+    pipeline = (saved or {}).get("pipeline")
+    return Run(**values, mode=run_mode(args, pipeline), pipeline=pipeline_options(args, pipeline))
 
 
 def modes_of(args):
@@ -166,7 +168,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
     ``resumed_net`` and its training ``state`` when resuming."""
     rng = np.random.get_state()                          # where a --resume file's run left it
     np.random.seed(run.seed)
-    pipe = pipeline_options(args)
+    pipe = run.pipeline
     net = {"activation": run.activation, "init": args.init, "optimizer": run.optimizer}
     if args.pipeline:
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
