@@ -22,8 +22,6 @@ def run(case, x, y, gather=True):
                                                "activation", "init", "optimizer", "data_parallel")
           if k in case}
     batch, micro = case.get("batch", 20), case.get("micro", 2)
-    if case.get("x_dtype"):                                  # data in another dtype: the stages copy it
-        x = x[:batch * case.get("updates", 3)].astype(case["x_dtype"])
     np.random.seed(0)
     trainer = PipelineTrainer(case["sizes"], micro, batch_size=batch, **kw)
     before = trainer.gather() if gather else None           # the whole net: not part of a stage's peak
@@ -34,12 +32,13 @@ def run(case, x, y, gather=True):
 
 def main():
     cases = json.loads(sys.argv[1])
-    (x, y), _ = fastckpt.load_mnist()
+    (data, y), _ = fastckpt.load_mnist()
     for case in cases:
+        x = data if not case.get("x_dtype") else data.astype(case["x_dtype"])   # another dtype: converted
         if case.get("memray"):
             run(dict(case, updates=1), x, y, gather=False)    # warm-up: kernels, BLAS, MPI's buffers
             held = []
-            peak = memray_peak(lambda c=case, h=held: h.append(run(c, x, y, gather=False)))
+            peak = memray_peak(lambda c=case, h=held, x=x: h.append(run(c, x, y, gather=False)))
             trainer = held[0][0]
             rows = trainer.comm.gather((peak, trainer.predicted_bytes()))
             if trainer.rank == 0:

@@ -125,7 +125,8 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
             total = predicted["total"]
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
             assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
-            assert predicted["staging"] == 256 * (784 if rank == 0 else 10) * 8
+            converted = case.get("x_dtype") is not None and rank == 0         # MNIST's float64 rows go as they are
+            assert predicted["staging"] == (256 * 784 * 8 if converted else 0)
             assert abs(peak - total) <= 0.02 * total + MiB, (case["out"], rank, peak, predicted)
 
 

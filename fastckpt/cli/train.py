@@ -124,7 +124,7 @@ def train(args):
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job
     if guard is not None:
         guard.agree({"--save": "given" if args.save else "not given"})
-    check_grid(args, run, guard.ranks)
+    check_grid(args, run, guard.ranks if guard is not None else 1)
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
     if state is not None and state["n_train"] != len(x_train):

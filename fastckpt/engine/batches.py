@@ -24,17 +24,14 @@ class Staging:
             self._buffers[key] = np.empty((self.rows, width), dtype=self.dtype)
         return self._buffers[key][:rows]
 
-    def minibatch(self, x, y, n_in, n_out, names=("x", "y"), *, grow=False, use=(True, True), copy=False):
+    def minibatch(self, x, y, n_in, n_out, names=("x", "y"), *, grow=False, use=(True, True)):
         """``x`` (batch, n_in) and ``y`` (batch, n_out) or integer labels (batch,), checked and converted.
 
         The lab's (batch, n, 1) is accepted too.  A batch of more than ``rows``
         is refused unless ``grow``, which makes the buffers anew for it.  Of the
         two, only those ``use`` says are converted (a pipeline stage reads x or
         y, or neither); the others are returned checked but as they are.
-        With ``copy`` the used ones are always copied into the buffers, so
-        what they hold does not depend on the caller's layout (a pipeline
-        stage's plan counts them).  Finiteness is not checked here: the step's
-        own kernel does it.
+        Finiteness is not checked here: the step's own kernel does it.
         """
         x_name, y_name = names
         xb = as_batch(x, n_in, x_name, "input")
@@ -49,15 +46,19 @@ class Staging:
         staged_y = yb.ndim == 1 and use[1]
         if staged_y:                                     # integer labels: one-hot rows in a staging buffer
             yb = one_hot_into(yb, self.buffer(y_name, yb.shape[0], n_out))
-        return ((self.converted(xb, x_name, copy) if use[0] else xb),
-                (self.converted(yb, y_name, copy) if use[1] and not staged_y else yb))
+        return ((self.converted(xb, x_name) if use[0] else xb),
+                (self.converted(yb, y_name) if use[1] and not staged_y else yb))
 
-    def converted(self, arr, name, copy=False):
-        """``arr`` itself if C-contiguous in our dtype (and not ``copy``), else its values in the buffer for
-        ``name`` (:class:`~fastckpt.data.images.Images` computed into it from their bytes)."""
+    def holds(self, arr):
+        """Whether ``arr`` is rows of one of the staging buffers (a minibatch was converted into it)."""
+        return any(np.may_share_memory(arr, buf) for buf in self._buffers.values())
+
+    def converted(self, arr, name):
+        """``arr`` itself if C-contiguous in our dtype, else its values in the buffer for ``name``
+        (:class:`~fastckpt.data.images.Images` computed into it from their bytes)."""
         if isinstance(arr, Images):
             return arr.into(self.buffer(name, arr.shape[0], arr.shape[1]))
-        if arr.dtype == self.dtype and arr.flags.c_contiguous and not copy:
+        if arr.dtype == self.dtype and arr.flags.c_contiguous:
             return arr
         stage = self.buffer(name, arr.shape[0], arr.shape[1])
         with np.errstate(over="ignore"):                 # overflow to inf is reported by the finiteness check

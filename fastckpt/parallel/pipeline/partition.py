@@ -46,13 +46,14 @@ def balance(costs, stages, fits=None):
 
 
 def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
-                replicated=False, staged=0):
+                replicated=False, staged=(0, 0)):
     """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
 
     ``rows``: the largest micro-batch; ``order``: the stage's schedule; ``slots``: the optimizer's
     state buffers the size of the stage's parameters; ``replicated``: the stage sums its gradient over
     data-parallel replicas (an in-place Allreduce, whose temporary mpich makes the gradient's size);
-    ``staged``: the minibatch's rows, which the first stage copies its x and the last its y into.
+    ``staged``: the rows of x the first stage, and of y the last, convert into staging buffers (a minibatch
+    not given as C-contiguous rows of the trainer's dtype, or integer labels).
     The stage runs :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
     """
     plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged)
@@ -60,7 +61,7 @@ def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native",
 
 
 def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
-               replicated=False, staged=0):
+               replicated=False, staged=(0, 0)):
     """The plan a stage runs: its strategy's, except that ``fit(bytes)`` bounds what the stage holds in all
     (its gradient sum, message buffers and the checkpoints of every micro-batch in flight), not one
     micro-batch's step.  A stage then plans the largest activation ``budget`` whose whole stage fits, found
@@ -96,7 +97,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     return best
 
 
-def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicated=False, staged=0):
+def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicated=False, staged=(0, 0)):
     """The bytes by part of a stage that runs the plan ``p``."""
     dtype = p.dtype
     item = dtype.itemsize
@@ -122,7 +123,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
         "blas": blas_bytes(sub, rows, threads, input_delta=not first),
-        "staging": staged * (sub[0] * first + sub[-1] * last) * item,       # the minibatch's x, y copied
+        "staging": (staged[0] * sub[0] * first + staged[1] * sub[-1] * last) * item,   # x, y converted
     }
     parts["total"] = sum(parts.values())
     return parts

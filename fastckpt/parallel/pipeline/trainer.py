@@ -102,6 +102,7 @@ class PipelineTrainer(RankTrainer):
         self.group.agree(wrong or self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
                                                 batch_size, (activation, init, optimizer, data_parallel), partition,
                                                 memory_limit), "PipelineTrainer arguments")
+        self._staged = (False, False)          # whether the last minibatch's x, y went into staging rows
         self.replicas = Replicas(self.group, self.data_parallel)          # NOTE in pipeline/replicas.py
         self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
@@ -167,7 +168,8 @@ class PipelineTrainer(RankTrainer):
         return schedule(self.schedule, self.rank if stage is None else stage, self.ranks, self.micro_batches)
 
     def predicted_bytes(self, batch_size=None):
-        """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one)."""
+        """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one);
+        ``staging`` counts the rows the last minibatch's x (first stage) or y (last) was converted into."""
         batch = batch_size or self.batch_size or (self._runner.rows * self.micro_batches if self._runner else None)
         if batch is None:
             raise ValueError("predicted_bytes needs batch_size (or a first update)")
@@ -176,7 +178,8 @@ class PipelineTrainer(RankTrainer):
     def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1, batch)
+                           self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1,
+                           tuple(batch * flag for flag in self._staged))
 
     def update_mini_batch(self, x, y, eta):
         """One step of the optimizer on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
@@ -205,8 +208,8 @@ class PipelineTrainer(RankTrainer):
     def _minibatch(self, x, y, eta):
         """``(x, y, eta)`` checked as this stage uses them (the first reads x, the last y)."""
         eta = check_eta(eta)
-        xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last),
-                                         copy=True)                  # always: the plan counts the copies
+        xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True, use=(self.first, self.last))
+        self._staged = (self.first and self._staging.holds(xb), self.last and self._staging.holds(yb))
         if xb.shape[0] // self.data_parallel < self.micro_batches:
             raise ValueError(f"micro_batches={self.micro_batches}: a minibatch of {xb.shape[0]} samples cannot make "
                              f"{self.micro_batches} micro-batches"
@@ -227,7 +230,7 @@ class PipelineTrainer(RankTrainer):
             self._runner = None                                                # free the old buffers first
             plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
                               self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1,
-                              max(total, self._staging.rows))
+                              tuple(self._staging.rows * flag for flag in self._staged))
             self._runner = StageRunner(self, plan, self.order())
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
