@@ -155,7 +155,7 @@ def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path):
                            "2", "--schedule", "1f1b", *net, str(outs[0])], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["pipeline"] == 2 and result["data_parallel"] == 2 and result["ranks"] == 2
+    assert result["pipeline"] == 2 and result["data_parallel"] == 2 and result["ranks"] == 4
     one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
     assert_same_saved_net(*outs)

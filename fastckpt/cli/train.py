@@ -198,7 +198,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
     _, times = guard.run(trainer.SGD, training, args.epochs - done, run.batch_size, run.eta, test_data=test,
                          verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
                          lr_schedule=run.lr_schedule, first_epoch=done)
-    workers = {"ranks": trainer.ranks, "bytes_sent_per_update": trainer.bytes_per_update}
+    workers = {"ranks": guard.ranks, "bytes_sent_per_update": round(trainer.bytes_per_update)}   # every rank
     if args.pipeline:
         workers.update(pipeline=args.pipeline, data_parallel=args.data_parallel or 1,
                        micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
@@ -265,7 +265,7 @@ def _report(args, run, state, done, times, accuracies, workers, seconds):
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epochs"
+    print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
           + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
           + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
           f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
