@@ -186,3 +186,71 @@ def test_a_setting_wrong_on_one_rank_is_refused_on_every_rank(kind):
     said = "bucket_bytes must be >= 1, got 0" if kind == "bucket" else "grid must be a fastckpt.distributed.Grid"
     assert len(lines) == 2 and all(said in line for line in lines), lines
     assert "refused on rank 0" in lines[1], lines               # rank 1 names the rank that was wrong
+
+
+STAGED = """
+import json, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+from fastckpt.report.measure import memray_peak
+sizes, batch, bound = [784, 256, 256, 256, 256, 10], 500, 24 * 2**20
+rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
+x, labels = rng.random((batch, 784)).astype(np.float32), rng.integers(0, 10, batch)   # both converted
+def run():
+    np.random.seed(0)
+    trainer = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy=f"fit({bound})"))
+    before = trainer.predicted_bytes(batch)["staging"]
+    for _ in range(2):
+        trainer.update(x, labels, 0.1)
+    return trainer, before
+warm, before = run()
+peak = memray_peak(run)
+rows = MPI.COMM_WORLD.gather([peak, warm.predicted_bytes(batch), before])
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print(json.dumps(rows))
+"""
+
+
+@needs_mpi
+@pytest.mark.memory
+def test_a_rank_counts_the_rows_its_minibatches_are_converted_into():
+    """float32 x and integer labels into a float64 net: each rank's plan counts the staging rows (before the
+    first update too), and fit(bytes) keeps memray's peak within the bound."""
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", STAGED], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for peak, predicted, before in json.loads(proc.stdout):
+        assert predicted["staging"] == before == 500 * (784 + 10) * 8
+        assert peak <= 24 * 2**20 + 128 * 1024 and abs(peak - predicted["total"]) <= 128 * 1024, (peak, predicted)
+
+
+COUNT = """
+import numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = MPITrainer(fastckpt.Network([784, 30, 10]))
+x, y = np.random.default_rng(rank).random((10, 784)), np.random.default_rng(rank).random((10, 10))
+said = []
+for count in (0, 2.5, 1):
+    try:
+        trainer.update_many([x, x], [y, y], 0.5, count=count)
+    except (ValueError, TypeError) as exc:
+        said.append(str(exc))
+said = MPI.COMM_WORLD.gather(said)
+if rank == 0:
+    print(chr(10).join(line for rank_said in said for line in rank_said))
+"""
+
+
+@needs_mpi
+def test_update_many_refuses_a_bad_count_on_every_rank():
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", COUNT], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6, lines
+    for said in ("count must be >= 1, got 0", "count must be an integer, got 2.5",
+                 "count=1 minibatches in all, but this rank alone has 2"):
+        assert sum(said in line for line in lines) == 2, (said, lines)

@@ -177,7 +177,7 @@ import json, numpy as np, fastckpt
 from mpi4py import MPI
 from fastckpt.distributed import MPITrainer
 from fastckpt.report.measure import memray_peak
-sizes, batch, bound = [784, 256, 256, 256, 256, 10], 500, 20 * 2**20
+sizes, batch, bound = [784, 256, 256, 256, 256, 10], 500, 24 * 2**20     # 3.2 MB of it kept for staging rows
 rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
 x, y = rng.random((batch, 784)), rng.random((batch, 10))
 np.random.seed(0)

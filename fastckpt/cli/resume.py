@@ -112,7 +112,11 @@ def resumed(args, modes):
                          "train --save writes one after every epoch")
     _check_state(state, args.resume)
     trained = state.get("mode", "on one process")
-    now = run_mode(args, file_pipeline(trained))      # --micro-batches, --schedule ... default to the file's
+    try:
+        pipeline = file_pipeline(trained)
+    except (KeyError, ValueError):
+        raise ValueError(f"--resume {args.resume!r}: its training state's mode {trained!r} is damaged") from None
+    now = run_mode(args, pipeline)                    # --micro-batches, --schedule ... default to the file's
     if trained != now:
         raise ValueError(f"--resume {args.resume!r} was trained {trained}, and this run would go on {now}: resume "
                          "it as it was trained (fastckpt.load reads its net anywhere)")
@@ -152,7 +156,7 @@ def resumed(args, modes):
     np.random.set_state(state["rng"])
     return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
                             validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
-                            pipeline=file_pipeline(trained))
+                            pipeline=pipeline)
 
 
 def _check_same(args, key, saved, state):

@@ -23,6 +23,7 @@ from fastckpt.core.checks import check_eta, check_positive_int
 from fastckpt.engine import Engine
 from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
+from fastckpt.planner.run import staged
 from fastckpt.planner.strategies import Fit
 
 from .buckets import Buckets
@@ -74,6 +75,7 @@ class MPITrainer(RankTrainer):
         self.bytes_per_update = 2 * net.params.flat.nbytes    # one reduce and one broadcast of the gradient
         self._total = net.params.new_buffer() if self.rank == 0 or bucket_bytes or self.ranks == 2 else None
         self._local = net.params.new_buffer()
+        self._staged = (True, True)       # whether minibatches are converted into staging rows: until seen, yes
         self._buckets = None if self.bucket_bytes is None else Buckets(
             self.comm, self.MPI, net.sizes, net.dtype.itemsize, self.bucket_bytes, self._local, self._total)
         self._engine = None
@@ -82,8 +84,10 @@ class MPITrainer(RankTrainer):
     def plan(self, batch):
         """The plan of each rank's step: the net's, with ``fit(bytes)`` leaving room for the exchange (so the
         bound holds for what each rank holds): this rank's gradient sum, rank 0's reduced one and MPI's own
-        temporary for the reduce, each the parameters' size (measured with memray on mpich)."""
-        net, buffers = self.net, EXCHANGE_BUFFERS * self.net.params.flat.nbytes
+        temporary for the reduce, each the parameters' size (measured with memray on mpich), and the rows a
+        minibatch not given as C-contiguous rows of the net's dtype (or integer labels) is converted into."""
+        net = self.net
+        buffers = EXCHANGE_BUFFERS * net.params.flat.nbytes + self._staging_bytes(batch, (True, True))
         if not isinstance(net.strategy, Fit):        # the ranks' gradients are summed before any step: no
             return net.plan(batch, optimizer_in_backward=False)     # optimizer in the backward pass here
         try:
@@ -92,17 +96,23 @@ class MPITrainer(RankTrainer):
             return net.plan(batch, strategy=Fit(net.strategy.nbytes - buffers), optimizer_in_backward=False)
         except InfeasiblePlan as exc:
             least = exc.minimum_bytes + buffers
-            raise InfeasiblePlan(f"{net.strategy} with --mpi: a rank's step and the gradient buffers of the "
-                                 f"exchange need at least {least} bytes ({least / 2**20:.2f} MiB); got "
-                                 f"{net.strategy.nbytes}", least) from None
+            raise InfeasiblePlan(f"{net.strategy} with --mpi: a rank's step, the gradient buffers of the "
+                                 f"exchange and the rows a minibatch may be converted into need at least {least} "
+                                 f"bytes ({least / 2**20:.2f} MiB); got {net.strategy.nbytes}", least) from None
 
     def predicted_bytes(self, batch):
-        """Bytes by part that one rank holds, training on minibatches of ``batch`` samples."""
+        """Bytes by part that one rank holds, training on minibatches of ``batch`` samples; ``staging``: the
+        rows the last minibatch's x and y were converted into (before any, as if they are)."""
         parts = dict(self.plan(batch).bytes())
         parts.pop("activation_memory", None)
         parts["exchange_buffers"] = EXCHANGE_BUFFERS * self.net.params.flat.nbytes
-        parts["total"] += parts["exchange_buffers"]
+        parts["staging"] = self._staging_bytes(batch, self._staged)
+        parts["total"] += parts["exchange_buffers"] + parts["staging"]
         return parts
+
+    def _staging_bytes(self, batch, staged):
+        sizes = self.net.sizes
+        return batch * (sizes[0] * staged[0] + sizes[-1] * staged[1]) * self.net.dtype.itemsize
 
     def _engine_for(self, batch):
         if self._engine is None or self._engine.plan.batch_size < batch:
@@ -113,6 +123,8 @@ class MPITrainer(RankTrainer):
     def _sum(self, xs, ys):
         """This rank's gradient sum over ``xs``, summed over the ranks; returns the buffer holding it."""
         net, local, buckets = self.net, self._local, self._buckets
+        if xs:
+            self._staged = (any(staged(x, net.dtype) for x in xs), any(staged(y, net.dtype) for y in ys))
         if not xs:
             local[...] = 0.0
             if buckets is not None:
@@ -154,11 +166,16 @@ class MPITrainer(RankTrainer):
         """
         net = self.net
         with self.group.errors() as errors:
-            eta = check_eta(eta)
-            count = self.ranks * len(xs) if count is None else count
+            try:
+                eta = check_eta(eta)
+                count = self.ranks * len(xs) if count is None else check_positive_int(count, "count")
+                if count < len(xs):
+                    raise ValueError(f"count={count} minibatches in all, but this rank alone has {len(xs)}")
+                mine = {"eta and minibatches per update": f"eta {eta!r}, {count} minibatches in all"}
+            except (ValueError, TypeError) as exc:
+                mine = exc
             errors.shared = (ValueError, TypeError)        # agreed: raised on every rank alike
-            self.group.agree({"eta and minibatches per update": f"eta {eta!r}, {count} minibatches in all"},
-                             "the update")
+            self.group.agree(mine, "the update")
             errors.shared = ()
             with net.params.lock:
                 total = self._sum(xs, ys)

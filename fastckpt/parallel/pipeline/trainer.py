@@ -37,6 +37,7 @@ from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
+from fastckpt.planner.strategies import Fit
 
 from ..grid import grid_args
 from ..mpi import Group, lab_loop, random_state
@@ -102,7 +103,8 @@ class PipelineTrainer(RankTrainer):
         self.group.agree(wrong or self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
                                                 batch_size, (activation, init, optimizer, data_parallel), partition,
                                                 memory_limit), "PipelineTrainer arguments")
-        self._staged = (False, False)          # whether the last minibatch's x, y went into staging rows
+        self._staged = (True, True)            # whether x, y go into staging rows: until a minibatch shows, yes
+        self.fit = isinstance(self.strategy, Fit)
         self.replicas = Replicas(self.group, self.data_parallel)          # NOTE in pipeline/replicas.py
         self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
@@ -169,7 +171,7 @@ class PipelineTrainer(RankTrainer):
 
     def predicted_bytes(self, batch_size=None):
         """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one);
-        ``staging`` counts the rows the last minibatch's x (first stage) or y (last) was converted into."""
+        ``staging``: the rows the last minibatch's x or y was converted into (before any, as if they are)."""
         batch = batch_size or self.batch_size or (self._runner.rows * self.micro_batches if self._runner else None)
         if batch is None:
             raise ValueError("predicted_bytes needs batch_size (or a first update)")
@@ -226,12 +228,13 @@ class PipelineTrainer(RankTrainer):
         batch = xb.shape[0]
         edges = [batch * k // self.micro_batches for k in range(self.micro_batches + 1)]   # sizes differ by <= 1
         rows = max(b - a for a, b in zip(edges[:-1], edges[1:]))
-        if self._runner is None or self._runner.rows < rows:
+        staged = tuple(self._staging.rows * flag for flag in self._staged)     # a bound leaves room for them
+        if self._runner is None or self._runner.rows < rows or (self._runner.staged != staged and self.fit):
             self._runner = None                                                # free the old buffers first
             plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
-                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1,
-                              tuple(self._staging.rows * flag for flag in self._staged))
+                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1, staged)
             self._runner = StageRunner(self, plan, self.order())
+            self._runner.staged = staged
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
             self.replicas.sum(self._acc, self.MPI)
