@@ -24,10 +24,7 @@ the only BLAS the kernels call, so NOTE [ One BLAS ] holds; numpy's own OpenBLAS
 unless other code multiplies matrices with numpy.  The two libraries round differently, so the
 numbers of one backend are bit-identical across strategies and runs, not across backends.
 MKL's OpenMP threads sleep as soon as a GEMM ends (``KMP_BLOCKTIME=0`` unless set), so they do
-not spin on cores that the next elementwise kernel or another program needs.  MKL runs with
-``MKL_DYNAMIC=FALSE`` and ``MKL_CBWR=AUTO`` unless set, MKL's own settings for the same bits from
-run to run (a fixed thread count, one code path per CPU): without them, a resumed run once
-differed from the unbroken one in the last bits of 17% of a layer's weights, on a loaded machine.
+not spin on cores that the next elementwise kernel or another program needs.
 
 NOTE [ No JIT ]
 With ``NUMBA_DISABLE_JIT=1`` the kernels run as plain Python, and an
@@ -109,8 +106,6 @@ def _mkl_library():
 
 def _load_mkl(path):
     os.environ.setdefault("KMP_BLOCKTIME", "0")        # NOTE [ BLAS backends ]: no spinning between GEMMs
-    os.environ.setdefault("MKL_DYNAMIC", "FALSE")      # the threads set, not fewer when MKL would rather:
-    os.environ.setdefault("MKL_CBWR", "AUTO")          # with one code path per CPU, a run's bits are every run's
     lib = ctypes.CDLL(path)
     return path, "cblas_dgemm_64", [lib.cblas_dgemm_64, lib.cblas_sgemm_64, lib.MKL_Set_Num_Threads,
                                     lib.MKL_Get_Max_Threads, None]
