@@ -19,7 +19,8 @@ from fastckpt.report.measure import memray_peak
 
 def run(case, x, y, gather=True):
     kw = {k: case[k] for k in ("schedule", "strategy", "loss", "l2", "partition", "transport", "dtype",
-                                               "activation", "init", "optimizer", "data_parallel")
+                                               "activation", "init", "optimizer", "data_parallel",
+                                               "tensor_parallel")
           if k in case}
     batch, micro = case.get("batch", 20), case.get("micro", 2)
     np.random.seed(0)
@@ -49,7 +50,8 @@ def main():
         after = trainer.gather()
         bubble = trainer.bubble_fraction()                 # a collective
         # every replica's copy of a stage holds the same bits
-        digests = trainer.comm.allgather((trainer.rank, hashlib.sha256(trainer.params.flat.tobytes()).hexdigest()))
+        digests = trainer.comm.allgather(((trainer.rank, trainer.replicas.shard),
+                                          hashlib.sha256(trainer.params.flat.tobytes()).hexdigest()))
         agree = all(len({d for s, d in digests if s == stage}) == 1 for stage, _ in digests)
         if trainer.comm.Get_rank() == 0:
             np.savez(case["out"], *after[0], *after[1], *before[0], *before[1], loss=trainer.last_loss,

@@ -5,8 +5,9 @@ replicas of a net split over ``T`` ranks, ``Grid(data=D)`` plain data parallelis
 (``MPI.COMM_WORLD`` by default) must have exactly ``D x P x T`` ranks.  World rank ``r`` is position
 ``r % (P T)`` (its stage, or its shard) of replica ``r // (P T)``, as
 :func:`fastckpt.parallel.pipeline.replicas.place` numbers them, and each position sums its gradient over
-its ``D`` replicas.  A pipeline whose stages are themselves tensor-parallel (``P > 1`` and ``T > 1``) is not
-built: such a grid is refused when it is made.
+its ``D`` replicas.  ``Grid(data=D, pipeline=P, tensor=T)`` with ``P > 1`` and ``T > 1`` is a pipeline whose
+stages are each split over ``T`` ranks, for the PipelineTrainer: position ``p`` is shard ``p % T`` of stage
+``p // T`` (NOTE [ Tensor-parallel stages ] in :mod:`fastckpt.parallel.pipeline.tensor_stage`).
 """
 from fastckpt.core.checks import check_positive_int
 
@@ -26,9 +27,6 @@ class Grid:
         self.data = check_positive_int(data, "data")
         self.pipeline = check_positive_int(pipeline, "pipeline")
         self.tensor = check_positive_int(tensor, "tensor")
-        if self.pipeline > 1 and self.tensor > 1:
-            raise ValueError(f"{self!r}: a pipeline of tensor-parallel stages is not built; use pipeline or "
-                             "tensor, each with data")
         if comm is None:
             from .mpi import mpi_world
             comm = mpi_world()[1]
@@ -48,7 +46,7 @@ class Grid:
         if rank >= self.size:
             raise ValueError(f"rank must be below the grid's {self.size} ranks, got {rank}")
         replica, position = divmod(rank, self.pipeline * self.tensor)
-        return (replica, position, 0) if self.tensor == 1 else (replica, 0, position)
+        return (replica, *divmod(position, self.tensor))
 
     def __repr__(self):
         return f"Grid(data={self.data}, pipeline={self.pipeline}, tensor={self.tensor})"
@@ -77,7 +75,7 @@ def from_grid(grid, kind, comm, data_parallel):
     if comm is not None or data_parallel != 1:
         others = "comm" if kind == "data" else "comm and data_parallel"
         raise ValueError(f"give grid={grid!r} or {others}, not both")
-    other = {"data": ("pipeline", "tensor"), "pipeline": ("tensor",), "tensor": ("pipeline",)}[kind]
+    other = {"data": ("pipeline", "tensor"), "pipeline": (), "tensor": ("pipeline",)}[kind]
     for axis in other:
         if getattr(grid, axis) > 1:
             raise ValueError(f"{grid!r} has {axis}={getattr(grid, axis)}: it is a grid for the "

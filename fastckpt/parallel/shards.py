@@ -9,6 +9,9 @@ import threading
 
 import numpy as np
 
+from fastckpt.core.checks import check_eta
+from fastckpt.kernels import sgd_step
+
 
 def split_layers(sizes, ranks, rank):
     """``(row_split, slices)``: per layer whether it is row-split, and rank ``rank``'s
@@ -37,8 +40,8 @@ class Shard:
     slice (local n_out, local n_in), then its bias slice; ``blocks`` is the one range they fill.
 
     It answers what :class:`~fastckpt.core.optimizers.OptimizerState` asks of parameters
-    (``new_buffer``, ``check_buffer``, ``flat``, ``blocks``, ``lock``), so the optimizer's state
-    lies beside the slices in the same layout.
+    (``new_buffer``, ``check_buffer``, ``flat``, ``blocks``, ``lock``, ``update``), so the optimizer's
+    state lies beside the slices in the same layout.
     """
 
     def __init__(self, slices, dtype):
@@ -57,6 +60,18 @@ class Shard:
             bs.append(buf[at + n_out * n_in:at + n_out * (n_in + 1)])
             at += n_out * (n_in + 1)
         return ws, bs
+
+    def layers(self):
+        """``views(flat)``: the slices' weights and biases."""
+        return self.views(self.flat)
+
+    def update(self, grad, eta):
+        """SGD, ``flat -= eta * grad``, refused whole (FloatingPointError) if a value would become NaN or inf."""
+        self.check_buffer(grad, "grad")
+        with self.lock:
+            if not sgd_step(self.flat, grad, check_eta(eta), self.blocks):
+                raise FloatingPointError("the update would make this rank's parameters NaN or inf; weights left "
+                                         "unchanged")
 
     def new_buffer(self):
         """A zeroed buffer in this layout."""

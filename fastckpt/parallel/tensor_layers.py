@@ -28,13 +28,19 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import EveryNth, Plain, Segments, Sqrt
 
 
-def kept_states(sizes, strategy):
-    """The states ``a[j]`` a tensor-parallel rank keeps after the forward pass under ``strategy`` (NOTE
-    [ Checkpoints in tensor parallelism ]), and the runs of the others, as lists of consecutive ``j``."""
+def check_tensor_strategy(strategy):
+    """``strategy`` parsed, refused unless tensor parallelism runs it (each dropped state computed once more)."""
     strategy = parse_strategy(strategy)
     if not isinstance(strategy, (Plain, EveryNth, Segments, Sqrt)):
         raise ValueError(f"strategy {strategy} does not apply to tensor parallelism, which recomputes each "
                          "dropped state once: use plain, every_nth(n), segments(k) or sqrt")
+    return strategy
+
+
+def kept_states(sizes, strategy):
+    """The states ``a[j]`` a tensor-parallel rank keeps after the forward pass under ``strategy`` (NOTE
+    [ Checkpoints in tensor parallelism ]), and the runs of the others, as lists of consecutive ``j``."""
+    strategy = check_tensor_strategy(strategy)
     strategy.check(sizes)
     kept = set(make_plan(sizes, 1, np.float64, strategy).kept)
     runs, run = [], []
@@ -44,6 +50,18 @@ def kept_states(sizes, strategy):
         else:
             run.append(j)
     return sorted(kept), runs + [run] * bool(run)
+
+
+def split_layer(a, w, b, act, row, comm, MPI, scratch, out):
+    """One split layer forward: ``out = f(a W_r^T + b_r)`` for a column-split layer; for a row-split one the
+    partial ``a_r W_r^T``, summed over ``comm`` by an ``Allreduce``, then the whole bias and ``f``."""
+    if not row:
+        dense_forward_layer(a, w, b, act, scratch, out)
+        return
+    n_out, n_in = w.shape
+    gemm(NO_TRANS, TRANS, a.shape[0], n_out, n_in, 1.0, a, n_in, w, n_in, 0.0, out, n_out)
+    comm.Allreduce(MPI.IN_PLACE, out)                         # partial pre-activations -> whole
+    bias_activation(out, b, act, scratch)
 
 
 class TensorLayers:
@@ -80,15 +98,9 @@ class TensorLayers:
     def _layers(self, a, lo, hi, batch):
         """States ``a[lo + 1 .. hi]`` from ``a`` (state ``lo``); returns state ``hi``."""
         for layer in range(lo, hi):
-            w, b = self._w[layer], self._b[layer]
             out = self._a[layer + 1][:batch]                  # (batch, local n_out)
-            if not self.row_split[layer]:
-                dense_forward_layer(a, w, b, self._acts[layer + 1], self._scratch, out)
-            else:
-                n_out, n_in = w.shape
-                gemm(NO_TRANS, TRANS, batch, n_out, n_in, 1.0, a, n_in, w, n_in, 0.0, out, n_out)
-                self.comm.Allreduce(self.MPI.IN_PLACE, out)   # partial pre-activations -> whole
-                bias_activation(out, b, self._acts[layer + 1], self._scratch)
+            split_layer(a, self._w[layer], self._b[layer], self._acts[layer + 1], self.row_split[layer], self.comm,
+                        self.MPI, self._scratch, out)
             a = out
         return a
 

@@ -12,6 +12,7 @@ from fastckpt.planner.strategies import Budget, Fit, format_bytes
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges, stash_layout
+from .tensor_stage import TensorLayout, tensor_stage_bytes
 from .transport import Codec
 
 
@@ -46,7 +47,7 @@ def balance(costs, stages, fits=None):
 
 
 def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
-                replicated=False, staged=(0, 0)):
+                replicated=False, staged=(0, 0), tensor=None):
     """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
 
     ``rows``: the largest micro-batch; ``order``: the stage's schedule; ``slots``: the optimizer's
@@ -55,7 +56,15 @@ def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native",
     ``staged``: the rows of x the first stage, and of y the last, convert into staging buffers (a minibatch
     not given as C-contiguous rows of the trainer's dtype, or integer labels).
     The stage runs :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
+    ``tensor``: ``(shards, shard)`` of a tensor-parallel stage (:func:`.tensor_stage.tensor_stage_bytes`).
     """
+    if tensor is not None:
+        layout = TensorLayout(sizes[lo:hi + 1], strategy, *tensor, hi == len(sizes) - 1)
+        parts = tensor_stage_bytes(layout, rows, dtype, in_flight(order), pending_weights(order), first_stage=lo == 0,
+                                   last_stage=hi == len(sizes) - 1, slots=slots, replicated=replicated)
+        parts.update(_io_parts(sizes, lo, hi, rows, np.dtype(dtype), order, transport, threads, staged))
+        parts["total"] = sum(parts.values())
+        return parts
     plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged)
     return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged)
 
@@ -105,9 +114,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
     first, last = lo == 0, hi == len(sizes) - 1
     live = sum(b - a for a, b in live_ranges(p, loss=last))
     params = param_layout(sub, item)[1] * item
-    flight, deferred = in_flight(order), pending_weights(order)
-    out_codec = None if last else Codec(transport, dtype, rows, sub[-1])
-    in_codec = None if first else Codec(transport, dtype, rows, sub[0])
+    deferred = pending_weights(order)
     parts = {
         "parameters": params,
         "gradients": params,                                  # their sum over the micro-batches
@@ -119,14 +126,25 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
         "stored_micro_batches": storage_slots(order) * live * item,
         "deferred_weights": deferred * stash_layout(sub, rows)[1] * item,   # zb1: inputs and deltas for W
         "deferred_gradients": params if deferred else 0,                     # and the gradient W writes
-        "stage_inputs": 0 if first else flight * rows * sub[0] * item,
+    }
+    parts.update(_io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged))
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged):
+    """The bytes of a stage's inputs in flight, message buffers, BLAS and staging rows, by part."""
+    item, sub = dtype.itemsize, tuple(sizes[lo:hi + 1])
+    first, last = lo == 0, hi == len(sizes) - 1
+    out_codec = None if last else Codec(transport, dtype, rows, sub[-1])
+    in_codec = None if first else Codec(transport, dtype, rows, sub[0])
+    return {
+        "stage_inputs": 0 if first else in_flight(order) * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
         "blas": blas_bytes(sub, rows, threads, input_delta=not first),
         "staging": (staged[0] * sub[0] * first + staged[1] * sub[-1] * last) * item,   # x, y converted
     }
-    parts["total"] = sum(parts.values())
-    return parts
 
 
 def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total, strategy=None):
@@ -164,12 +182,15 @@ def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_t
                              "its largest stage", most) from None
 
 
-def check_stages(strategy, sizes, partition):
-    """Refuse a strategy that cannot apply to some stage's layers (``segments(k)`` on fewer than k)."""
+def check_stages(strategy, sizes, partition, shards=1, shard=0):
+    """Refuse a strategy that cannot apply to some stage's layers (``segments(k)`` on fewer than k), or a
+    stage too narrow to split over ``shards`` tensor ranks."""
     for stage, n in enumerate(partition):
         lo = sum(partition[:stage])
         try:
             strategy.check(sizes[lo:lo + n + 1])
+            if shards > 1:
+                TensorLayout(sizes[lo:lo + n + 1], strategy, shards, shard, lo + n == len(sizes) - 1)
         except ValueError as exc:
             raise ValueError(f"strategy {strategy} does not fit stage {stage} (layers {lo}..{lo + n - 1}): "
                              f"{exc}") from None

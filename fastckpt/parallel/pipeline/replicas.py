@@ -8,6 +8,10 @@ in-place ``Allreduce`` on the stage's communicator (the same stage of every repl
 update of one process on the whole minibatch, up to the order of summation, with every replica's
 stage holding the same parameters.  The L2 term of the gradient, and the penalty of the loss, are
 counted by replica 0 alone, so the sum counts them once.
+
+With ``tensor=T`` shards per stage (NOTE [ Tensor-parallel stages ] in :mod:`.tensor_stage`), position
+``r % (P T)`` is shard ``% T`` of stage ``// T``: ``pipe`` links the stages of one shard index, ``tensor``
+the shards of one stage, and ``data`` the same shard of the same stage over the replicas.
 """
 import numpy as np
 
@@ -16,11 +20,13 @@ from fastckpt.core.checks import check_positive_int
 from ..mpi import Group
 
 
-def check_replicas(data_parallel, ranks):
-    """``data_parallel`` checked against the job's ``ranks``: the number of replicas."""
+def check_replicas(data_parallel, ranks, tensor=1):
+    """``data_parallel`` checked against the job's ``ranks`` (and ``tensor`` shards per position): the number
+    of replicas."""
     count = check_positive_int(data_parallel, "data_parallel")
-    if ranks % count:
-        raise ValueError(f"data_parallel={count} replicas need a multiple of {count} ranks (D replicas of "
+    if ranks % (count * tensor):
+        each = f" x tensor_parallel={tensor}" if tensor > 1 else ""
+        raise ValueError(f"data_parallel={count}{each} needs a multiple of {count * tensor} ranks (D replicas of "
                          f"the same number of ranks each), got {ranks}")
     return count
 
@@ -33,18 +39,23 @@ def place(rank, ranks, count):
 
 
 class Replicas:
-    """This rank's stage and replica on ``world`` (a :class:`~fastckpt.parallel.mpi.Group`), and the two
-    communicators: ``pipe`` (a Group: this replica's stages, ranked by stage) and ``data`` (this
-    stage's replicas).  Made on every rank after the settings are agreed (the splits are collectives)."""
+    """This rank's stage, shard and replica on ``world`` (a :class:`~fastckpt.parallel.mpi.Group`), and the
+    communicators: ``pipe`` (a Group: this replica's stages of this shard index, ranked by stage), ``data``
+    (this position's replicas, or None) and ``tensor`` (this stage's shards, or None).  Made on every rank
+    after the settings are agreed (the splits are collectives)."""
 
-    def __init__(self, world, count):
-        self.count = count
-        self.index, self.stage, self.stages = place(world.rank, world.size, count)
-        if count == 1:
-            self.pipe, self.data = world, None
-        else:
+    def __init__(self, world, count, tensor=1):
+        self.count, self.shards = count, tensor
+        self.index, position, positions = place(world.rank, world.size, count)
+        (self.stage, self.shard), self.stages = divmod(position, tensor), positions // tensor
+        self.pipe, self.data, self.tensor = world, None, None
+        if count > 1:
+            self.data = world.comm.Split(position, self.index)
+        if tensor > 1:
+            self.pipe = Group(world.comm.Split(self.index * tensor + self.shard, self.stage))
+            self.tensor = world.comm.Split(self.index * self.stages + self.stage, self.shard)
+        elif count > 1:
             self.pipe = Group(world.comm.Split(self.index, self.stage))
-            self.data = world.comm.Split(self.stage, self.index)
 
     def rows(self, batch):
         """This replica's rows ``(r0, r1)`` of a minibatch of ``batch`` samples."""

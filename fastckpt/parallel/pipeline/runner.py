@@ -8,18 +8,25 @@ from fastckpt.kernels import BAD_LOSS, all_finite
 from .links import Link
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import Stage
+from .tensor_stage import TensorStage
 
 
 class StageRunner:
     """The stage (plan, workspace, stored micro-batches), its links and stage-input buffers, for micro-batches
-    of up to ``plan.batch_size`` rows on one rank of a :class:`~fastckpt.parallel.pipeline.PipelineTrainer`."""
+    of up to ``rows`` rows on one rank of a :class:`~fastckpt.parallel.pipeline.PipelineTrainer`: a
+    :class:`~.stage.Stage` of ``plan``, or without one a :class:`~.tensor_stage.TensorStage`."""
 
-    def __init__(self, trainer, plan, order):
-        self.rows, self.order = plan.batch_size, order
+    def __init__(self, trainer, rows, order, plan=None):
+        self.rows, self.order = rows, order
         self.first, self.last = trainer.first, trainer.last
-        self.stage = Stage(plan, first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
-                           l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), slots=storage_slots(order),
-                           acts=trainer.stage_acts, deferred=pending_weights(order))
+        kw = dict(first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
+                  l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), acts=trainer.stage_acts,
+                  deferred=pending_weights(order))
+        if plan is None:                                         # NOTE [ Tensor-parallel stages ]
+            self.stage = TensorStage(trainer.layout, trainer.params, rows, trainer.replicas.tensor, trainer.MPI,
+                                     flight=in_flight(order), **kw)
+        else:
+            self.stage = Stage(plan, slots=storage_slots(order), **kw)
         self.split = any(op == "W" for op, _ in order)          # zb1: B computes the deltas, W the gradients
         width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
         self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)

@@ -27,21 +27,20 @@ As for data parallelism (NOTE [ No rank waits forever ] in
 import numpy as np
 
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
-from fastckpt.core.init import check_init, draw, whole
-from fastckpt.core.layout import layer_views
+from fastckpt.core.checks import check_dtype, check_eta, check_l2, check_positive_int, check_sizes
+from fastckpt.core.init import check_init
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
-from fastckpt.core.params import Parameters
 from fastckpt.engine.batches import Staging
-from fastckpt.engine.inference import count_correct, forward
 from fastckpt.kernels import all_finite
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.strategies import Fit
 
-from ..grid import grid_args
+from ..grid import Grid, grid_args
 from ..mpi import Group, lab_loop, random_state
 from ..rank_trainer import RankTrainer
+from ..tensor_layers import check_tensor_strategy
+from .holding import StageHolding
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan
 from .replicas import Replicas, check_replicas
 from .runner import StageRunner
@@ -51,7 +50,7 @@ from .transport import check_transport
 MODE = "pipeline (--pipeline)"
 
 
-class PipelineTrainer(RankTrainer):
+class PipelineTrainer(StageHolding, RankTrainer):
     """Train ``sizes`` with its layers split into one stage per rank of ``comm``.
 
     Parameters
@@ -84,9 +83,13 @@ class PipelineTrainer(RankTrainer):
         default: that of the first update.
     data_parallel : int, optional
         ``D`` replicas of the pipeline on ``D x P`` ranks (:mod:`~fastckpt.parallel.pipeline.replicas`).
+    tensor_parallel : int, optional
+        ``T``: each stage's layers split over ``T`` ranks (NOTE [ Tensor-parallel stages ] in
+        :mod:`~fastckpt.parallel.pipeline.tensor_stage`), ``D x P x T`` ranks; the strategy then
+        ``plain``, ``every_nth(n)``, ``segments(k)`` or ``sqrt``.
     grid : Grid, optional
-        ``Grid(data=D, pipeline=P)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm`` and
-        ``data_parallel``.
+        ``Grid(data=D, pipeline=P, tensor=T)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm``,
+        ``data_parallel`` and ``tensor_parallel``.
 
     Every rank makes the trainer after the same ``np.random.seed``; the initial
     weights are those of ``Network(sizes, init=init)`` from that seed, each rank keeping
@@ -96,22 +99,26 @@ class PipelineTrainer(RankTrainer):
 
     def __init__(self, sizes, micro_batches, *, schedule="gpipe", strategy="plain", dtype=np.float64,
                  loss="quadratic", l2=0.0, comm=None, partition=None, transport="native", memory_limit=None,
-                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1, grid=None):
+                 batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1,
+                 tensor_parallel=1, grid=None):
         comm, data_parallel, wrong = grid_args(grid, "pipeline", comm, data_parallel)
+        if isinstance(grid, Grid) and tensor_parallel == 1:
+            tensor_parallel = grid.tensor
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.group.agree(wrong or self._checked(sizes, micro_batches, schedule, strategy, dtype, loss, l2, transport,
-                                                batch_size, (activation, init, optimizer, data_parallel), partition,
-                                                memory_limit), "PipelineTrainer arguments")
+                                                batch_size, (activation, init, optimizer, data_parallel,
+                                                             tensor_parallel), partition, memory_limit),
+                          "PipelineTrainer arguments")
         self._staged = (True, True)            # whether x, y go into staging rows: until a minibatch shows, yes
         self.fit = isinstance(self.strategy, Fit)
-        self.replicas = Replicas(self.group, self.data_parallel)          # NOTE in pipeline/replicas.py
+        self.replicas = Replicas(self.group, self.data_parallel, self.shards)   # NOTE in pipeline/replicas.py
         self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
                                           lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size),
                                           self.strategy)
-        check_stages(self.strategy, self.sizes, self.partition)
+        check_stages(self.strategy, self.sizes, self.partition, self.shards, self.replicas.shard)
         if self.batch_size is not None:                       # a bound the stages cannot hold: refused on every rank
             for stage, n in enumerate(self.partition):
                 lo = sum(self.partition[:stage])
@@ -120,10 +127,9 @@ class PipelineTrainer(RankTrainer):
         self.hi = self.lo + self.partition[self.rank]
         self.stage_sizes = self.sizes[self.lo:self.hi + 1]
         self.first, self.last = self.rank == 0, self.rank == self.ranks - 1
-        self.params = Parameters(self.stage_sizes, self.dtype)
         self.stage_acts = state_codes(self.activation, self.loss)[self.lo:self.hi + 1]
+        self._hold()                                          # self.params: the stage's layers, or a shard's slices
         self.optimizer_state = OptimizerState(self.optimizer, self.params)
-        self._draw()
         self._acc = self.params.new_buffer()
         self._runner = None
         self._staging = Staging(0, self.dtype)
@@ -142,25 +148,25 @@ class PipelineTrainer(RankTrainer):
             self.loss, self.strategy = check_loss(loss), parse_strategy(strategy)
             self.dtype, self.l2 = check_dtype(dtype), check_l2(l2, len(self.sizes) - 1)
             self.batch_size = None if batch_size is None else check_positive_int(batch_size, "batch_size")
-            activation, init, optimizer, data_parallel = net
-            self.data_parallel = check_replicas(data_parallel, self.group.size)
+            activation, init, optimizer, data_parallel, tensor = net
+            self.shards = check_positive_int(tensor, "tensor_parallel")
+            self.data_parallel = check_replicas(data_parallel, self.group.size, self.shards)
             self.activation = check_activation(activation, len(self.sizes) - 1)
             self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
+            if self.shards > 1:
+                check_tensor_strategy(self.strategy)
+                if limits[1] is not None:
+                    raise ValueError(f"memory_limit={limits[1]} does not apply with tensor_parallel={self.shards}, "
+                                     "whose stages plan no bound: give a partition, or none")
         except (ValueError, TypeError) as exc:
             return exc
         return {"mode": MODE, "sizes": self.sizes, "micro_batches": self.micro_batches, "schedule": schedule,
                 "activation": list(self.activation), "init": self.init, "optimizer": self.optimizer,
-                "data_parallel": self.data_parallel, "transport": transport, "loss": loss, "strategy": self.strategy,
+                "data_parallel": self.data_parallel, "tensor_parallel": self.shards, "transport": transport,
+                "loss": loss, "strategy": self.strategy,
                 "dtype": self.dtype.name,
                 "l2": list(self.l2), "batch_size": self.batch_size, "partition and memory_limit": repr(limits),
                 "np.random state (seed every rank alike)": random_state()}
-
-    def _draw(self):
-        """The draws of ``Network(sizes, init=...)`` in its order, keeping ours."""
-        weights, biases = self.params.layers()
-        blocks = {"weights": weights, "biases": [b.reshape(1, -1) for b in biases]}
-        draw(self.init, self.sizes, lambda kind, layer: whole(blocks[kind][layer - self.lo])
-             if self.lo <= layer < self.hi else None)
 
     def _rows(self, batch):
         return -(-self.replicas.largest(batch) // self.micro_batches)
@@ -181,7 +187,8 @@ class PipelineTrainer(RankTrainer):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for minibatches of ``batch``."""
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
                            self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1,
-                           tuple(batch * flag for flag in self._staged))
+                           tuple(batch * flag for flag in self._staged),
+                           (self.shards, self.replicas.shard) if self.shards > 1 else None)
 
     def update_mini_batch(self, x, y, eta):
         """One step of the optimizer on the minibatch ``(x, y)``, the same on every rank; returns the mean loss.
@@ -231,16 +238,17 @@ class PipelineTrainer(RankTrainer):
         staged = tuple(self._staging.rows * flag for flag in self._staged)     # a bound leaves room for them
         if self._runner is None or self._runner.rows < rows or (self._runner.staged != staged and self.fit):
             self._runner = None                                                # free the old buffers first
-            plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(),
-                              self.transport, self.blas_threads, self.optimizer.slots, self.data_parallel > 1, staged)
-            self._runner = StageRunner(self, plan, self.order())
+            plan = None if self.shards > 1 else stage_plan(
+                self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(), self.transport,
+                self.blas_threads, self.optimizer.slots, self.data_parallel > 1, staged)
+            self._runner = StageRunner(self, rows, self.order(), plan)
             self._runner.staged = staged
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
             self.replicas.sum(self._acc, self.MPI)
         bad = bad or not all_finite(self._acc)
         penalty = l2_penalty(self.replicas.own_l2(self.l2[self.lo:self.hi]), self.params.layers()[0])
-        return np.array([float(bad), loss_sum if self.last else 0.0, penalty])
+        return np.array([float(bad), loss_sum if self.last and self.replicas.shard == 0 else 0.0, penalty])
 
     @property
     def bytes_per_update(self):
@@ -252,43 +260,6 @@ class PipelineTrainer(RankTrainer):
         ranks (a collective: every rank calls it).  A balanced pipeline idles ``(P-1)/(M+P-1)``."""
         parts = self.comm.allgather((self.stats["busy"], self.stats["wall"]))
         return float(np.mean([1.0 - busy / wall for busy, wall in parts if wall > 0]))
-
-    def _take(self, buf, weights, biases):
-        """Set this stage's layers of ``buf`` (default: the parameters) from the whole net's lab-shaped arrays."""
-        with self.params.lock:
-            ws, bs = layer_views(self.params.flat if buf is None else buf, self.stage_sizes)
-            for i, (w, b) in enumerate(zip(ws, bs)):
-                w[...], b[...] = weights[self.lo + i], np.asarray(biases[self.lo + i]).reshape(-1)
-
-    def gather(self, buf=None):
-        """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective); of ``buf``
-        in the stage's parameter layout (an optimizer state buffer) when given."""
-        with self.params.lock:
-            weights, biases = layer_views(self.params.flat if buf is None else buf, self.stage_sizes)
-            pieces = [(self.lo + i, (0, w.shape[0]), (0, w.shape[1]), w.copy(), b.copy())
-                      for i, (w, b) in enumerate(zip(weights, biases))]
-        return self.group.gather_net(self.sizes, pieces)
-
-    def evaluate(self, x_test_data, y_test_data):
-        """Fraction of samples whose arg-max output matches the label, on every rank (same data on each; each
-        replica's stages run it)."""
-        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
-        labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
-        acts = self.stage_acts
-
-        def predict(rows):
-            a = rows
-            if not self.first:
-                a = np.empty((rows.shape[0], self.stage_sizes[0]), dtype=self.dtype)
-                self.pipe.comm.Recv(a, source=self.rank - 1, tag=3)
-            out = forward(self.params, acts, a, 0, len(self.stage_sizes) - 1)[-1]
-            if self.last:
-                return out.argmax(axis=1)
-            self.pipe.comm.Send(np.ascontiguousarray(out), dest=self.rank + 1, tag=3)
-            return None
-        with self.params.lock:
-            hits = count_correct(x, labels, self.dtype, predict)
-        return self.pipe.comm.bcast(hits, root=self.ranks - 1) / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, on_epoch=None,
             progress=None, lr_schedule=None, first_epoch=0):
