@@ -11,8 +11,7 @@ from fastckpt.distributed import Grid
 
 @pytest.mark.parametrize("kw,error", [
     (dict(data=0), "data must be >= 1, got 0"), (dict(pipeline=-1), "pipeline must be >= 1, got -1"),
-    (dict(tensor=1.5), "tensor must be an integer, got 1.5"), (dict(data=True), "data must be an integer"),
-    (dict(pipeline=2, tensor=2), "a pipeline of tensor-parallel stages is not built")])
+    (dict(tensor=1.5), "tensor must be an integer, got 1.5"), (dict(data=True), "data must be an integer")])
 def test_a_bad_grid_is_refused_before_any_mpi(kw, error):
     with pytest.raises((ValueError, TypeError), match=error):
         Grid(**kw)
@@ -26,7 +25,8 @@ world = MPI.COMM_WORLD
 rank, sizes = world.Get_rank(), [784, 24, 20, 16, 10]
 rng = np.random.default_rng(5)
 x, y = rng.random((24, 784)), rng.random((24, 10))
-out = {"coords": [Grid(data=2, pipeline=2).coords(r) for r in range(4)] + [Grid(data=2, tensor=2).coords(3)]}
+out = {"coords": [Grid(data=2, pipeline=2).coords(r) for r in range(4)] + [Grid(data=2, tensor=2).coords(3)]
+          + [Grid(pipeline=2, tensor=2).coords(r) for r in range(4)]}
 
 def trained(make):
     np.random.seed(0)
@@ -39,9 +39,14 @@ out["pipeline"] = [trained(lambda: PipelineTrainer(sizes, 2, schedule="zb1", opt
                    for kw in (dict(data_parallel=2), dict(grid=Grid(data=2, pipeline=2)))]
 out["tensor"] = [trained(lambda: TensorParallelTrainer(sizes, strategy="sqrt", **kw))
                  for kw in (dict(data_parallel=2), dict(grid=Grid(data=2, tensor=2)))]
+out["stages of shards"] = [trained(lambda: PipelineTrainer(sizes, 2, schedule="zb1", strategy="sqrt", **kw))
+                           for kw in (dict(tensor_parallel=2), dict(grid=Grid(pipeline=2, tensor=2)))]
 out["data"] = [trained(lambda: MPITrainer(fastckpt.Network(sizes), **kw)) for kw in (dict(), dict(grid=Grid(data=4)))]
 errors = []
-for make in (lambda: Grid(data=3), lambda: PipelineTrainer(sizes, 2, grid=Grid(data=2, tensor=2)),
+for make in (lambda: Grid(data=3),
+             lambda: PipelineTrainer(sizes, 2, strategy="revolve(1)", grid=Grid(pipeline=2, tensor=2)),
+             lambda: PipelineTrainer(sizes, 2, grid=Grid(pipeline=2, tensor=2), tensor_parallel=2),
+             lambda: PipelineTrainer(sizes, 2, tensor_parallel=3),
              lambda: TensorParallelTrainer(sizes, grid=Grid(data=1, pipeline=4)),
              lambda: MPITrainer(fastckpt.Network(sizes), grid=Grid(pipeline=4)),
              lambda: PipelineTrainer(sizes, 2, grid=Grid(data=2, pipeline=2), data_parallel=2),
@@ -68,12 +73,17 @@ def test_a_grid_runs_each_trainer_as_its_own_arguments_do():
     assert proc.returncode == 0, proc.stderr[-3000:]
     everyone = json.loads(proc.stdout)
     for out in everyone:
-        assert out["coords"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1]]
-        for kind in ("pipeline", "tensor", "data"):
+        assert out["coords"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1],
+                                 [0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
+        for kind in ("pipeline", "tensor", "stages of shards", "data"):
             assert out[kind][0] == out[kind][1], kind
         assert out["errors"] == [
             "Grid(data=3, pipeline=1, tensor=1) needs data x pipeline x tensor = 3 ranks; this communicator has 4",
-            "Grid(data=2, pipeline=1, tensor=2) has tensor=2: it is a grid for the TensorParallelTrainer",
+            "strategy revolve(1) does not apply to tensor parallelism, which recomputes each dropped state once: "
+            "use plain, every_nth(n), segments(k) or sqrt",
+            "give grid=Grid(data=1, pipeline=2, tensor=2) or tensor_parallel, not both",
+            "data_parallel=1 x tensor_parallel=3 needs a multiple of 3 ranks (D replicas of the same number of "
+            "ranks each), got 4",
             "Grid(data=1, pipeline=4, tensor=1) has pipeline=4: it is a grid for the PipelineTrainer",
             "Grid(data=1, pipeline=4, tensor=1) has pipeline=4: it is a grid for the PipelineTrainer",
             "give grid=Grid(data=2, pipeline=2, tensor=1) or comm and data_parallel, not both",

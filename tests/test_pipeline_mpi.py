@@ -30,7 +30,8 @@ def _job(ranks, cases, timeout=300):
 def _one_process(case, x, y):
     np.random.seed(0)
     net = fastckpt.Network(case["sizes"], dtype=case.get("dtype", np.float64), loss=case.get("loss", "quadratic"),
-                           l2=case.get("l2", 0.0), optimizer=case.get("optimizer", "sgd"))
+                           l2=case.get("l2", 0.0), optimizer=case.get("optimizer", "sgd"),
+                           activation=case.get("activation", "sigmoid"), init=case.get("init", "lab"))
     before = [w.copy() for w in net.weights + net.biases]
     batch = case.get("batch", 20)
     for u in range(case.get("updates", 3)):

@@ -102,7 +102,9 @@ class PipelineTrainer(StageHolding, RankTrainer):
                  batch_size=None, activation="sigmoid", init="lab", optimizer="sgd", data_parallel=1,
                  tensor_parallel=1, grid=None):
         comm, data_parallel, wrong = grid_args(grid, "pipeline", comm, data_parallel)
-        if isinstance(grid, Grid) and tensor_parallel == 1:
+        if isinstance(grid, Grid):
+            wrong = wrong or (ValueError(f"give grid={grid!r} or tensor_parallel, not both") if tensor_parallel != 1
+                              else None)
             tensor_parallel = grid.tensor
         self.group = Group(comm)
         self.MPI, self.comm = self.group.MPI, self.group.comm
