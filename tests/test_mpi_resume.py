@@ -15,11 +15,16 @@ NET = ["--sizes", "784,32,24,10", "--activation", "relu", "--init", "he", "--opt
 MODES = {"mpi": ["--mpi"], "pipeline": ["--pipeline", "2", "--micro-batches", "2", "--schedule", "1f1b"],
          "tensor": ["--tensor-parallel"],
          "grid": ["--pipeline", "2", "--data-parallel", "2", "--micro-batches", "2", "--schedule", "zb1"],  # 4 ranks
-         "tensor_grid": ["--tensor-parallel", "--data-parallel", "2"]}                     # on 4 ranks
+         "tensor_grid": ["--tensor-parallel", "--data-parallel", "2"],                     # on 4 ranks
+         "pipeline_tensor": ["--pipeline", "2", "--tensor-parallel", "--micro-batches", "2", "--schedule", "1f1b",
+                             "--strategy", "sqrt"],                                         # on 4 ranks
+         "grid_3d": ["--data-parallel", "2", "--pipeline", "2", "--tensor-parallel", "2", "--micro-batches", "2",
+                     "--schedule", "zb1"]}                                                  # on 8 ranks
+RANKS = {"grid": "4", "tensor_grid": "4", "pipeline_tensor": "4", "grid_3d": "8"}
 
 
 def _train(mode, *args):
-    ranks = "4" if mode in ("grid", "tensor_grid") else "2"
+    ranks = RANKS.get(mode, "2")
     proc = subprocess.run([MPIEXEC, "-n", ranks, *TRAIN, *NET, *MODES[mode], *args], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

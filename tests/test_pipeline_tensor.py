@@ -5,10 +5,12 @@ and Adam; zb1 against 1f1b bit for bit; each rank's memray peak against its plan
 Every run has a time limit.
 """
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from test_distributed import needs_mpi
+from test_distributed import MPIEXEC, TRAIN, assert_same_saved_net, needs_mpi
 from test_pipeline_mpi import DEEP, _job, _one_process
 
 import fastckpt
@@ -84,3 +86,51 @@ def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
         saved = p_plan["total"] - s_plan["total"]          # stage 0 holds 2 micro-batches, the last stage 1:
         assert (saved > 0) == (rank % 4 < 2), (rank, saved)  # its dropped states cost what their buffer does
         assert abs((plain - sqrt) - saved) <= 128 * 1024, (rank, plain, sqrt, saved)
+
+
+BYTES = """
+import json, numpy as np
+from mpi4py import MPI
+from fastckpt.parallel import PipelineTrainer
+rng = np.random.default_rng(1)
+x, y = rng.random((20, 784)), rng.random((20, 10))
+np.random.seed(0)
+trainer = PipelineTrainer([784, 40, 30, 10], 2, partition=[1, 2], tensor_parallel=2, schedule="1f1b")
+for _ in range(3):
+    trainer.update_mini_batch(x, y, 0.5)
+said = MPI.COMM_WORLD.gather(trainer.bytes_per_update)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(said))
+"""
+
+
+@needs_mpi
+def test_bytes_per_update_count_the_sums_inside_each_stage():
+    """2 micro-batches of 10 rows, float64, T = 2 (an Allreduce sends its bytes once on 2 ranks). Stage 0 (784->40,
+    row-split): its output's sum and the output sent on, 2 x 3,200 each. Stage 1 (40->30 column-split, 30->10
+    row-split): the output's sum, 2 x 800, its input delta's sum, 2 x 3,200, and that delta sent back."""
+    proc = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", BYTES], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == [12_800, 12_800, 14_400, 14_400]
+
+
+@needs_mpi
+def test_cli_grid_of_tensor_parallel_stages_trains_like_one_process(tmp_path):
+    """train --data-parallel 2 --pipeline 2 --tensor-parallel on 8 ranks: one process's net (and Adam state)."""
+    outs = [tmp_path / "grid.npz", tmp_path / "one.npz"]
+    net = ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002", "--sizes",
+           "784,48,32,24,10", "--epochs", "1", "--strategy", "sqrt", "--json", "--save"]
+    proc = subprocess.run([MPIEXEC, "-n", "8", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--tensor-parallel",
+                           "--micro-batches", "2", "--schedule", "zb1", *net, str(outs[0])], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert (result["pipeline"], result["data_parallel"], result["tensor_parallel"], result["ranks"]) == (2, 2, 2, 8)
+    one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert_same_saved_net(*outs)
+    bad = subprocess.run([MPIEXEC, "-n", "4", *TRAIN, "--pipeline", "2", "--tensor-parallel", "3", "--epochs", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--pipeline 2 x --tensor-parallel 3 needs 6 ranks (mpiexec -n 6), got 4" in \
+        bad.stderr, bad.stderr

@@ -57,14 +57,28 @@ class Help(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
+def tensor_shards(args, ranks):
+    """``T`` of ``--tensor-parallel [T]``: as given, or the ranks that ``--data-parallel`` and ``--pipeline``
+    leave (1 without the flag)."""
+    if not args.tensor_parallel:
+        return 1
+    if args.tensor_parallel is not True:
+        return args.tensor_parallel
+    return max(1, ranks // ((args.data_parallel or 1) * (args.pipeline or 1)))
+
+
 def check_grid(args, run, ranks):
     """Refuse a grid of replicas that the job's ``ranks`` or the batch cannot make."""
     replicas = args.data_parallel or 1
-    if args.pipeline and args.pipeline * replicas != ranks:
-        shown = f"--data-parallel {replicas} x --pipeline {args.pipeline}" if replicas > 1 else \
-            f"--pipeline {args.pipeline}"
-        raise ValueError(f"{shown} needs {args.pipeline * replicas} ranks (mpiexec -n {args.pipeline * replicas}), "
-                         f"got {ranks}")
+    shards = tensor_shards(args, ranks)
+    if args.pipeline and args.pipeline * replicas * shards != ranks:
+        shown = " x ".join([f"--data-parallel {replicas}"] * (replicas > 1) + [f"--pipeline {args.pipeline}"]
+                           + [f"--tensor-parallel {shards}"] * (shards > 1))
+        need = args.pipeline * replicas * shards
+        raise ValueError(f"{shown} needs {need} ranks (mpiexec -n {need}), got {ranks}")
+    if args.tensor_parallel is not True and args.tensor_parallel and not args.pipeline and replicas * shards != ranks:
+        shown = f"--data-parallel {replicas} x " * (replicas > 1) + f"--tensor-parallel {shards}"
+        raise ValueError(f"{shown} needs {replicas * shards} ranks (mpiexec -n {replicas * shards}), got {ranks}")
     micro = run.pipeline["micro_batches"] if args.pipeline else 1
     if (args.pipeline or args.tensor_parallel) and run.batch_size < replicas * micro:
         each = f"--micro-batches {micro} on each of --data-parallel {replicas} replicas" if args.pipeline and \

@@ -223,8 +223,10 @@ def _train_parallel(p):
     p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default=None,
                    help="with --pipeline: how activations and deltas travel between stages "
                         f"(default: {PIPELINE_DEFAULTS['transport']})")
-    p.add_argument("--tensor-parallel", action="store_true",
-                   help="tensor (model) parallelism: every layer's units split across the MPI ranks")
+    p.add_argument("--tensor-parallel", type=o.positive, nargs="?", const=True, default=False, metavar="T",
+                   help="tensor (model) parallelism: every layer's units split across T MPI ranks (default T: "
+                        "all the ranks, or with --data-parallel D and --pipeline P the D x P x T ranks' T); with "
+                        "--pipeline P every stage's layers split over T ranks, on D x P x T ranks (default: off)")
 
 
 def _profile(p):

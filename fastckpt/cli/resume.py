@@ -24,7 +24,7 @@ from fastckpt.nets import load
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
-from .options import pipeline_options
+from .options import pipeline_options, tensor_shards
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -40,8 +40,10 @@ def run_mode(args, saved_pipeline=None):
     given taken from ``saved_pipeline``, a --resume file's)."""
     if args.pipeline:
         pipe = pipeline_options(args, saved_pipeline)
+        shards = tensor_shards(args, launched_ranks())
         return (f"with --pipeline {args.pipeline}"
                 + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
+                + (f" --tensor-parallel {shards}" if shards > 1 else "")
                 + f" --micro-batches {pipe['micro_batches']} --schedule "
                 f"{pipe['schedule']} --transport {pipe['transport']}"
                 + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))

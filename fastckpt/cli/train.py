@@ -24,7 +24,7 @@ from fastckpt.planner.run import refuse_under_mkl
 from .bound import bounded
 from .data import check_trainable, load_data
 from .guard import RankGuard
-from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options
+from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options, tensor_shards
 from .progress import TrainBar
 from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
 
@@ -73,10 +73,11 @@ def settle(args, saved=None):
 
 def modes_of(args):
     """The one MPI mode of ``args`` as a list of its flag (empty: one process or threads), checked."""
-    modes = [flag for flag, on in (("--mpi", args.mpi), ("--pipeline", args.pipeline),
-                                   ("--tensor-parallel", args.tensor_parallel)) if on]
+    modes = [flag for flag, on in (("--mpi", args.mpi), ("--pipeline", args.pipeline),     # stages may be split
+                                   ("--tensor-parallel", args.tensor_parallel and not args.pipeline)) if on]
     if len(modes) > 1:
-        raise ValueError(f"train takes one of --mpi, --pipeline and --tensor-parallel, got {' and '.join(modes)}")
+        raise ValueError(f"train takes one of --mpi, --pipeline (with --tensor-parallel or not) and "
+                         f"--tensor-parallel, got {' and '.join(modes)}")
     if modes and args.threads > 1:
         raise ValueError(f"--threads {args.threads} trains on threads of one process; it does not combine "
                          f"with {modes[0]}")
@@ -92,8 +93,9 @@ def modes_of(args):
             raise ValueError(f"{given[0]} {shown} is an option of --pipeline P{also}; without "
                              f"{'them' if also else '--pipeline'} it would change nothing")
     if args.tensor_parallel and args.max_memory is not None:
-        raise ValueError("--max-memory does not apply to --tensor-parallel, which plans no bound per rank; give "
-                         "--strategy every_nth(n), segments(k) or sqrt, or use --pipeline P with a bound per stage")
+        raise ValueError(f"--max-memory does not apply to {'--pipeline with ' * bool(args.pipeline)}--tensor-parallel, "
+                         "which plans no bound per rank; give --strategy every_nth(n), segments(k) or sqrt"
+                         + ", or use --pipeline P with a bound per stage" * (not args.pipeline))
     if args.max_memory is not None:
         refuse_under_mkl("--max-memory", args.max_memory)
     check_lone_flags(args)
@@ -174,7 +176,8 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
                             partition=pipe["partition"], transport=pipe["transport"], batch_size=run.batch_size,
-                            data_parallel=args.data_parallel or 1, **net)
+                            data_parallel=args.data_parallel or 1, tensor_parallel=tensor_shards(args, guard.ranks),
+                            **net)
     else:
         trainer = guard.run(TensorParallelTrainer, run.sizes, dtype=run.dtype, loss=run.loss, l2=run.l2,
                             data_parallel=args.data_parallel or 1, strategy=run.strategy, **net)
@@ -200,7 +203,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                          lr_schedule=run.lr_schedule, first_epoch=done)
     workers = {"ranks": guard.ranks, "bytes_sent_per_update": round(trainer.bytes_per_update)}   # every rank
     if args.pipeline:
-        workers.update(pipeline=args.pipeline, data_parallel=args.data_parallel or 1,
+        workers.update(pipeline=args.pipeline, data_parallel=args.data_parallel or 1, tensor_parallel=trainer.shards,
                        micro_batches=pipe["micro_batches"], schedule=pipe["schedule"],
                        partition=trainer.partition, transport=pipe["transport"],
                        bubble_fraction=trainer.bubble_fraction())

@@ -70,7 +70,8 @@ class StageRunner:
         stats["busy"] += self.busy
         stats["wall"] += time.perf_counter() - start
         stats["copied_bytes"] = self.stage.copied_bytes
-        stats["bytes_sent"] = sum(link.sent for link in (self.up, self.down) if link is not None)
+        stats["bytes_sent"] = sum(link.sent for link in (self.up, self.down) if link is not None) \
+            + self.stage.sent_bytes
         return bad or self.nonfinite, loss_sum
 
     def _finite(self, arr):

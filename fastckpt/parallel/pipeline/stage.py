@@ -88,6 +88,7 @@ class Stage:
         self._stored = {}                  # micro-batch -> storage slot holding its live set
         self._owner = None                 # micro-batch whose live set is in the arena
         self.copied_bytes = 0
+        self.sent_bytes = 0                # messages inside the stage: none
         self.stash_at, stash_elems = stash_layout(plan.sizes, plan.batch_size)
         self._stash = [np.empty(stash_elems, dtype=plan.dtype) for _ in range(deferred)]
         self._stashed = {}                 # micro-batch -> (stash slot, rows) waiting for its weight gradients

@@ -97,6 +97,8 @@ class TensorStage:
         self._stash = [np.empty(stash, dtype=dtype) for _ in range(deferred)]
         self._stashed = {}                                 # micro-batch -> (stash slot, rows)
         self.copied_bytes = 0
+        self.sent_bytes = 0                                # over the stage's shards, counted as tensor.py counts
+        self._share = 2 * (layout.shards - 1) / layout.shards  # an Allreduce's bytes sent per byte summed
 
     # -- the states -----------------------------------------------------------------------
     def _state(self, j, rows, k):
@@ -125,6 +127,7 @@ class TensorStage:
             out = self._state(layer + 1, a.shape[0], k)
             split_layer(a, ws[layer], bs[layer], self.acts[layer + 1], row[layer], self.comm, self.MPI,
                         self._scratch, out)
+            self.sent_bytes += round(self._share * out.nbytes) if row[layer] else 0
             a = out
 
     def _delta(self, layer, rows):
@@ -216,8 +219,10 @@ class TensorStage:
             layer_pass(layer, ws[layer], a_in, self._delta(layer, rows), dz_in)
             if dz_in.shape[0] and not lay.row_split[layer]:
                 self.comm.Allreduce(self.MPI.IN_PLACE, dz_in)     # partial (dz_r W_r) * f'(a): whole
+                self.sent_bytes += round(self._share * dz_in.nbytes)
         if not self.first_stage and lay.row_split[0]:
             self._gather_input_delta(rows)
+            self.sent_bytes += round(self._share / 2 * self._in_delta[:rows].nbytes)   # an Allgather: half
         self._free.append(self._slot_of.pop(k))
         return status, loss
 

@@ -254,7 +254,8 @@ class PipelineTrainer(StageHolding, RankTrainer):
 
     @property
     def bytes_per_update(self):
-        """Bytes this rank sent per update so far (activations and deltas, as encoded)."""
+        """Bytes this rank sent per update so far: activations and deltas to its neighbour stages, as encoded, and
+        a tensor-parallel stage's sums over its shards (2 (T - 1) / T per byte summed, (T - 1) / T gathered)."""
         return self.stats["bytes_sent"] / max(1, self.stats["updates"])
 
     def bubble_fraction(self):
