@@ -32,6 +32,7 @@ SETUP = {
                                                "y = np.eye(10)[np.arange(64) % 10]\n", ranks=2),
     ("docs/model-parallel.md", 1): dict(ranks=4),
     ("docs/model-parallel.md", 2): dict(ranks=4),
+    ("docs/model-parallel.md", 3): dict(ranks=8),
     ("docs/planning.md", 1): dict(argv=["8", "revolve(4)"]),
 }
 
