@@ -80,7 +80,7 @@ def test_a_grid_runs_each_trainer_as_its_own_arguments_do():
         assert out["errors"] == [
             "Grid(data=3, pipeline=1, tensor=1) needs data x pipeline x tensor = 3 ranks; this communicator has 4",
             "strategy revolve(1) does not apply to tensor parallelism, which recomputes each dropped state once: "
-            "use plain, every_nth(n), segments(k) or sqrt",
+            "use plain, every_nth(n), segments(k), sqrt or fit(bytes)",
             "give grid=Grid(data=1, pipeline=2, tensor=2) or tensor_parallel, not both",
             "data_parallel=1 x tensor_parallel=3 needs a multiple of 3 ranks (D replicas of the same number of "
             "ranks each), got 4",

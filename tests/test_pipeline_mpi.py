@@ -215,7 +215,8 @@ def test_cli_pipeline_trains_like_one_process(tmp_path, net):
     (["--pipeline", "2", "--partition", "2,2"], "partition must give the layers of each of the 2 stages"),
     (["--pipeline", "2", "--strategy", "segments(3)"], "does not fit stage 0"),
     (["--pipeline", "2", "--micro-batches", "11"], "--batch-size 10 is too small for --micro-batches 11"),
-    (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline and --tensor-parallel"),
+    (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline (with --tensor-parallel or not) and "
+                                   "--tensor-parallel, got --mpi and --pipeline"),
 ])
 def test_bad_pipeline_settings_are_one_clear_error_not_a_hang(args, message):
     t0 = time.monotonic()

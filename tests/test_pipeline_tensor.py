@@ -65,13 +65,16 @@ def test_tensor_parallel_zb1_trains_bit_for_bit_as_1f1b(tmp_path):
 @pytest.mark.memory
 @pytest.mark.parametrize("data", [1, 2], ids=["1x2x2", "2x2x2"])
 def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
-    """Each rank's peak is its plan to 128 KiB (the Python objects a trainer makes: ~40 KB); checkpointing
-    inside the stages lowers both by the same bytes where more than one micro-batch is in flight."""
+    """Each rank's peak is its plan to 128 KiB (the Python objects a trainer makes: ~40 KB), and fit(bytes)'s
+    within its bound; checkpointing inside the stages lowers both by the same bytes where more than one
+    micro-batch is in flight."""
     base = dict(sizes=SIZES, batch=512, micro=4, memray=True, tensor_parallel=2, data_parallel=data, updates=2)
     runs = [("1f1b", "plain", "sgd"), ("1f1b", "sqrt", "sgd"), ("zb1", "plain", "adam"), ("gpipe", "every_nth(2)",
                                                                                        "sgd")]
     cases = [dict(base, schedule=s, strategy=st, optimizer=opt, eta=0.01, out=str(tmp_path / f"{s}-{st}-{opt}.json"))
              for s, st, opt in runs]
+    bound = 10_200_000                 # x given as float32: stage 0 holds its 3.2 MB of converted rows too
+    cases.append(dict(cases[1], strategy=f"fit({bound})", x_dtype="float32", out=str(tmp_path / "fit.json")))
     _job(4 * data, cases, timeout=600)
     found = {}
     for case in cases:
@@ -80,6 +83,8 @@ def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
         for rank, (peak, predicted) in enumerate(rows):
             assert abs(peak - predicted["total"]) <= 128 * 1024, (case["out"], rank, peak, predicted)
             assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
+            if case["strategy"].startswith("fit"):
+                assert peak <= bound and predicted["staging"] == (512 * 784 * 8 if rank % 4 < 2 else 0), (rank, peak)
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
         found[case["schedule"], case["strategy"]] = rows
     for rank, ((plain, p_plan), (sqrt, s_plan)) in enumerate(zip(found["1f1b", "plain"], found["1f1b", "sqrt"])):
@@ -134,3 +139,86 @@ def test_cli_grid_of_tensor_parallel_stages_trains_like_one_process(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--pipeline 2 x --tensor-parallel 3 needs 6 ranks (mpiexec -n 6), got 4" in \
         bad.stderr, bad.stderr
+
+
+FIT = """
+import json, numpy as np
+from mpi4py import MPI
+from fastckpt.parallel import PipelineTrainer, TensorParallelTrainer
+from fastckpt.planner import InfeasiblePlan
+sizes, batch = [784] + [64] * 6 + [10], 64
+rng = np.random.default_rng(2)
+x, y = rng.random((batch, 784)), rng.random((batch, 10))
+kinds = {"tensor": lambda s: TensorParallelTrainer(sizes, strategy=s, optimizer="adam"),
+         "stages": lambda s: PipelineTrainer(sizes, 2, schedule="1f1b", strategy=s, tensor_parallel=2,
+                                             partition=[3, 4], optimizer="adam")}
+out = {}
+for kind, make in kinds.items():
+    if kind == "tensor" and MPI.COMM_WORLD.size != 2 or kind == "stages" and MPI.COMM_WORLD.size != 4:
+        continue
+    np.random.seed(0)
+    t = make("plain")
+    t.update_mini_batch(x, y, 0.01)
+    plain = MPI.COMM_WORLD.allreduce(t.predicted_bytes()["total"], op=MPI.MAX)   # the largest stage's
+    said = {"plain": plain, "mine": t.predicted_bytes()["total"], "family": {}}
+    if kind == "tensor":                          # every strategy fit may choose: its bytes on the widest shard
+        for n in range(1, len(sizes)):
+            for s in ["plain", "sqrt", f"every_nth({n})", f"segments({n})"]:
+                np.random.seed(0)
+                said["family"][s] = MPI.COMM_WORLD.allreduce(make(s).predicted_bytes(batch)["total"], op=MPI.MAX)
+    for bound in (plain, plain - 1, 10**5):
+        np.random.seed(0)
+        try:
+            t = make(f"fit({bound})")
+            for _ in range(2):
+                t.update_mini_batch(x, y, 0.01)
+            chosen = str(t.step_strategy(batch)) if kind == "tensor" else None
+            np.random.seed(0)
+            ref = make(chosen) if chosen else None
+            if ref is not None:
+                for _ in range(2):
+                    ref.update_mini_batch(x, y, 0.01)
+            same = ref is None or all(np.array_equal(a, b) for a, b in zip(t.gather()[0], ref.gather()[0]))
+            said[bound] = [chosen, t.predicted_bytes()["total"], same]
+        except InfeasiblePlan as exc:
+            said[bound] = ["InfeasiblePlan", exc.minimum_bytes, str(exc)]
+    out[kind] = said
+every = MPI.COMM_WORLD.gather(out)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(every))
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4], ids=["tensor", "stages"])
+def test_fit_keeps_the_least_recomputation_that_fits_on_every_shard(ranks):
+    """fit(bytes) in tensor parallelism: at plain's bytes it keeps everything; one byte less, something is
+    computed again and the plan fits; far below, InfeasiblePlan on every rank naming the least bytes. A
+    TensorParallelTrainer under fit trains bit for bit as the strategy it chose."""
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", FIT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    every = json.loads(proc.stdout)
+    for said in (out["tensor" if ranks == 2 else "stages"] for out in every):
+        plain = said["plain"]
+        kept_all, tighter, hopeless = said[str(plain)], said[str(plain - 1)], said["100000"]
+        assert kept_all[1] == said["mine"] and kept_all[2]
+        if ranks == 2:                            # the least recomputation that fits, by exhaustive search
+            for bound, chosen in ((plain, kept_all[0]), (plain - 1, tighter[0])):
+                fitting = [(_recomputed(s), nbytes, s) for s, nbytes in said["family"].items() if nbytes <= bound]
+                least = min(fitting)[:2]
+                assert (_recomputed(chosen), said["family"][chosen]) == least, (bound, chosen, sorted(fitting))
+        assert tighter[1] <= plain - 1 and tighter[2]
+        assert hopeless[0] == "InfeasiblePlan" and hopeless[1] > 10**5 and "needs at least" in hopeless[2]
+    key = "tensor" if ranks == 2 else "stages"            # every rank chose alike (the widest shard's choice)
+    assert len({json.dumps({b: v[0] for b, v in out[key].items() if isinstance(v, list)}) for out in every}) == 1
+
+
+def _recomputed(strategy, sizes=(784,) + (64,) * 6 + (10,)):
+    """Forward GEMM work a TensorParallelTrainer computes again under ``strategy``: every layer whose output it
+    drops, but for the highest dropped run, whose states the forward pass left in their buffer."""
+    from fastckpt.planner import plan
+    kept = set(plan(list(sizes), 1, np.float64, strategy).kept)
+    dropped = [j for j in range(1, len(sizes)) if j not in kept]
+    top = [j for j in dropped if all(k in dropped for k in range(j, max(dropped) + 1))]
+    return sum(sizes[j - 1] * sizes[j] for j in dropped if j not in top)

@@ -28,7 +28,8 @@ TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g.
                     "above the process after its imports: the data, the training step, the staging rows, an "
                     "evaluation or a save, and the result lists; the step gets what the rest leaves and plans "
                     "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads, "
-                    "--mpi or --pipeline it bounds each worker's step (default: off, --strategy decides)")
+                    "--mpi, --pipeline or --tensor-parallel it bounds each worker's step (default: off, --strategy "
+                    "decides)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
               "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
               "as --strategy fit(BYTES). "

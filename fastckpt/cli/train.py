@@ -92,10 +92,6 @@ def modes_of(args):
             shown = ",".join(map(str, value)) if isinstance(value, list) else value
             raise ValueError(f"{given[0]} {shown} is an option of --pipeline P{also}; without "
                              f"{'them' if also else '--pipeline'} it would change nothing")
-    if args.tensor_parallel and args.max_memory is not None:
-        raise ValueError(f"--max-memory does not apply to {'--pipeline with ' * bool(args.pipeline)}--tensor-parallel, "
-                         "which plans no bound per rank; give --strategy every_nth(n), segments(k) or sqrt"
-                         + ", or use --pipeline P with a bound per stage" * (not args.pipeline))
     if args.max_memory is not None:
         refuse_under_mkl("--max-memory", args.max_memory)
     check_lone_flags(args)
@@ -120,7 +116,7 @@ def train(args):
     modes = modes_of(args)
     net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
     run = settle(args, saved)
-    if not args.pipeline:                  # a pipeline stage plans (and bounds) its own part of the net
+    if not args.pipeline and not args.tensor_parallel:   # a stage or a shard plans (and bounds) its own part
         check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
                         optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer)
     guard = RankGuard() if modes else None                 # this rank leaving before training ends ends the job

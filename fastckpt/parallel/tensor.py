@@ -68,7 +68,7 @@ from fastckpt.engine.inference import count_correct
 from fastckpt.kernels import (
     sgd_step,
 )
-from fastckpt.planner import parse_strategy
+from fastckpt.planner.strategies import Fit
 
 from .grid import grid_args
 from .mpi import Group, lab_loop, random_state
@@ -76,7 +76,7 @@ from .pipeline.replicas import Replicas, check_replicas, place
 from .rank_trainer import RankTrainer
 from .shards import Shard, split_layers
 from .tensor_bytes import TensorBytes
-from .tensor_layers import TensorLayers, kept_states
+from .tensor_layers import TensorLayers, check_tensor_strategy, kept_states
 
 MODE = "tensor parallel (--tensor-parallel)"
 
@@ -109,6 +109,9 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
         ``"plain"`` (default), ``"every_nth(n)"``, ``"segments(k)"`` or ``"sqrt"``: the states each rank
         keeps after the forward pass, the others computed again during the backward pass (NOTE
         [ Checkpoints in tensor parallelism ]); the weights are plain tensor parallelism's, bit for bit.
+        ``"fit(bytes)"``: of those, the least recomputation whose :meth:`predicted_bytes` fits on every
+        rank, chosen per batch size (:meth:`step_strategy`); InfeasiblePlan on every rank at the first
+        update when none fits.
     grid : Grid, optional
         ``Grid(data=D, tensor=T)`` (:class:`~fastckpt.parallel.grid.Grid`), instead of ``comm`` and
         ``data_parallel``.
@@ -145,8 +148,9 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
             self.activation = check_activation(activation, len(self.sizes) - 1)
             self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
             self.row_split, self._slices = split_layers(self.sizes, self.ranks, self.rank)
-            self.strategy = parse_strategy(strategy)
-            self._kept, self._runs = kept_states(self.sizes, self.strategy)
+            self.strategy = check_tensor_strategy(strategy)
+            self._kept, self._runs = kept_states(self.sizes, "plain" if isinstance(self.strategy, Fit) else
+                                                 self.strategy)         # fit(bytes): chosen per batch size
         except (ValueError, TypeError) as exc:
             return exc
         self._acts = state_codes(self.activation, self.loss)

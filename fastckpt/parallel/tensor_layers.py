@@ -10,6 +10,8 @@ computed again from the kept state below it, with the same kernels and the same 
 row-split layer, so its values are the first forward's bit for bit and training is plain tensor
 parallelism's, at the cost of one more forward pass (and its messages) over the recomputed layers.
 """
+import gc
+
 import numpy as np
 
 from fastckpt.core.losses import l2_penalty
@@ -23,24 +25,51 @@ from fastckpt.kernels import (
     gemm,
     quadratic_delta,
 )
-from fastckpt.planner import parse_strategy
+from fastckpt.planner import InfeasiblePlan, parse_strategy
 from fastckpt.planner import plan as make_plan
-from fastckpt.planner.strategies import EveryNth, Plain, Segments, Sqrt
+from fastckpt.planner.costs import describe_sizes
+from fastckpt.planner.strategies import EveryNth, Fit, Plain, Segments, Sqrt
 
 
 def check_tensor_strategy(strategy):
     """``strategy`` parsed, refused unless tensor parallelism runs it (each dropped state computed once more)."""
     strategy = parse_strategy(strategy)
-    if not isinstance(strategy, (Plain, EveryNth, Segments, Sqrt)):
+    if not isinstance(strategy, (Plain, EveryNth, Segments, Sqrt, Fit)):
         raise ValueError(f"strategy {strategy} does not apply to tensor parallelism, which recomputes each "
-                         "dropped state once: use plain, every_nth(n), segments(k) or sqrt")
+                         "dropped state once: use plain, every_nth(n), segments(k), sqrt or fit(bytes)")
     return strategy
+
+
+def fit_strategy(sizes, fit, total_of, what, top_free=False):
+    """``fit(bytes)`` in tensor parallelism (NOTE [ Checkpoints in tensor parallelism ]): of plain,
+    every_nth(n), segments(k) and sqrt, the one that computes the least forward work again (the GEMM
+    FLOPs of the layers whose output it drops; the top run none when ``top_free``: still in its buffer)
+    among those whose ``total_of(strategy)`` bytes fit; ties to fewer bytes.  InfeasiblePlan, naming the
+    least bytes of all of them and ``what`` they were planned for, when none fits."""
+    n_layers = len(sizes) - 1
+    family = [Plain(), Sqrt()] + [EveryNth(n) for n in range(2, n_layers + 1)] + \
+        [Segments(k) for k in range(1, n_layers + 1)]
+    found = []
+    for strategy in family:
+        _, runs = kept_states(sizes, strategy)
+        work = sum(sizes[j - 1] * sizes[j] for run in runs[:len(runs) - top_free] for j in run)
+        found.append((work, total_of(strategy), str(strategy), strategy))
+    fits = [f for f in found if f[1] <= fit.nbytes]
+    if not fits:
+        least = min(f[1] for f in found)
+        raise InfeasiblePlan(f"{fit}: {describe_sizes(sizes)} at {what} needs at least {least} bytes "
+                             f"({least / 2**20:.2f} MiB) on its widest tensor shard, keeping the fewest states "
+                             f"that plain, every_nth(n), segments(k) or sqrt keep; got {fit.nbytes}", least)
+    gc.collect()                          # the candidates' plans hold reference cycles: not to sit beside the buffers
+    return min(fits)[3]
 
 
 def kept_states(sizes, strategy):
     """The states ``a[j]`` a tensor-parallel rank keeps after the forward pass under ``strategy`` (NOTE
     [ Checkpoints in tensor parallelism ]), and the runs of the others, as lists of consecutive ``j``."""
     strategy = check_tensor_strategy(strategy)
+    if isinstance(strategy, Fit):
+        raise ValueError(f"{strategy} keeps what fit_strategy chooses for a batch size; choose it first")
     strategy.check(sizes)
     kept = set(make_plan(sizes, 1, np.float64, strategy).kept)
     runs, run = [], []
@@ -73,6 +102,7 @@ class TensorLayers:
         if batch <= self._cap:
             return
         self._cap = 0                                                         # free the old ones first
+        self._kept, self._runs = kept_states(self.sizes, self.step_strategy(batch))   # fit(bytes): for this batch
         widths, runs = self._widths, self._runs
         pool = np.empty(batch * max([sum(widths[j] for j in run) for run in runs] + [0]), dtype=self.dtype)
         self._a = [None] * len(widths)

@@ -9,7 +9,7 @@ from fastckpt.core.params import Parameters
 from fastckpt.engine.inference import count_correct, forward
 
 from ..shards import Shard
-from .tensor_stage import TensorLayout, tensor_infer
+from .tensor_layout import TensorLayout, tensor_infer
 
 
 class StageHolding:
@@ -23,7 +23,7 @@ class StageHolding:
             weights, biases = self.params.layers()
             blocks = {"weights": [whole(w) for w in weights], "biases": [whole(b.reshape(1, -1)) for b in biases]}
         else:
-            self.layout = TensorLayout(self.stage_sizes, self.strategy, self.shards, self.replicas.shard, self.last)
+            self.layout = TensorLayout(self.stage_sizes, "plain", self.shards, self.replicas.shard, self.last)  # slices
             self.params = Shard(self.layout.slices, self.dtype)
             weights, biases = self.params.layers()
             blocks = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(weights, self.layout.slices)],

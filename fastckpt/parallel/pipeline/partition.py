@@ -9,10 +9,11 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
+from ..tensor_layers import fit_strategy
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges, stash_layout
-from .tensor_stage import TensorLayout, tensor_stage_bytes
+from .tensor_layout import TensorLayout, tensor_stage_bytes
 from .transport import Codec
 
 
@@ -59,14 +60,27 @@ def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native",
     ``tensor``: ``(shards, shard)`` of a tensor-parallel stage (:func:`.tensor_stage.tensor_stage_bytes`).
     """
     if tensor is not None:
-        layout = TensorLayout(sizes[lo:hi + 1], strategy, *tensor, hi == len(sizes) - 1)
+        return tensor_stage(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated,
+                            staged, tensor)[1]
+    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged)
+    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged)
+
+
+def tensor_stage(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged, tensor):
+    """``(strategy, parts)`` of a stage split over ``tensor = (shards, shard)``: the strategy it runs (under
+    ``fit(bytes)`` the one :func:`~fastckpt.parallel.tensor_layers.fit_strategy` chooses for the widest shard,
+    shard 0, so that every shard runs it) and shard ``shard``'s bytes by part (NOTE [ Tensor-parallel stages ])."""
+    def parts_of(kind, shard):
+        layout = TensorLayout(sizes[lo:hi + 1], kind, tensor[0], shard, hi == len(sizes) - 1)
         parts = tensor_stage_bytes(layout, rows, dtype, in_flight(order), pending_weights(order), first_stage=lo == 0,
                                    last_stage=hi == len(sizes) - 1, slots=slots, replicated=replicated)
         parts.update(_io_parts(sizes, lo, hi, rows, np.dtype(dtype), order, transport, threads, staged))
         parts["total"] = sum(parts.values())
         return parts
-    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged)
-    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged)
+    if isinstance(strategy, Fit):
+        strategy = fit_strategy(sizes[lo:hi + 1], strategy, lambda kind: parts_of(kind, 0)["total"],
+                                f"micro-batches of {rows} (layers {lo}..{hi - 1})")
+    return strategy, parts_of(strategy, tensor[1])
 
 
 def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
@@ -190,7 +204,8 @@ def check_stages(strategy, sizes, partition, shards=1, shard=0):
         try:
             strategy.check(sizes[lo:lo + n + 1])
             if shards > 1:
-                TensorLayout(sizes[lo:lo + n + 1], strategy, shards, shard, lo + n == len(sizes) - 1)
+                TensorLayout(sizes[lo:lo + n + 1], "plain" if isinstance(strategy, Fit) else strategy, shards, shard,
+                             lo + n == len(sizes) - 1)
         except ValueError as exc:
             raise ValueError(f"strategy {strategy} does not fit stage {stage} (layers {lo}..{lo + n - 1}): "
                              f"{exc}") from None

@@ -8,22 +8,23 @@ from fastckpt.kernels import BAD_LOSS, all_finite
 from .links import Link
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import Stage
+from .tensor_layout import TensorLayout
 from .tensor_stage import TensorStage
 
 
 class StageRunner:
     """The stage (plan, workspace, stored micro-batches), its links and stage-input buffers, for micro-batches
     of up to ``rows`` rows on one rank of a :class:`~fastckpt.parallel.pipeline.PipelineTrainer`: a
-    :class:`~.stage.Stage` of ``plan``, or without one a :class:`~.tensor_stage.TensorStage`."""
+    :class:`~.stage.Stage` of ``plan``, or a :class:`~.tensor_stage.TensorStage` of a ``TensorLayout``."""
 
-    def __init__(self, trainer, rows, order, plan=None):
+    def __init__(self, trainer, rows, order, plan):
         self.rows, self.order = rows, order
         self.first, self.last = trainer.first, trainer.last
         kw = dict(first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
                   l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), acts=trainer.stage_acts,
                   deferred=pending_weights(order))
-        if plan is None:                                         # NOTE [ Tensor-parallel stages ]
-            self.stage = TensorStage(trainer.layout, trainer.params, rows, trainer.replicas.tensor, trainer.MPI,
+        if isinstance(plan, TensorLayout):                       # NOTE [ Tensor-parallel stages ]
+            self.stage = TensorStage(plan, trainer.params, rows, trainer.replicas.tensor, trainer.MPI,
                                      flight=in_flight(order), **kw)
         else:
             self.stage = Stage(plan, slots=storage_slots(order), **kw)

@@ -41,10 +41,11 @@ from ..mpi import Group, lab_loop, random_state
 from ..rank_trainer import RankTrainer
 from ..tensor_layers import check_tensor_strategy
 from .holding import StageHolding
-from .partition import check_stages, choose_partition, stage_bytes, stage_plan
+from .partition import check_stages, choose_partition, stage_bytes, stage_plan, tensor_stage
 from .replicas import Replicas, check_replicas
 from .runner import StageRunner
 from .schedules import check_schedule, schedule
+from .tensor_layout import TensorLayout
 from .transport import check_transport
 
 MODE = "pipeline (--pipeline)"
@@ -113,7 +114,7 @@ class PipelineTrainer(StageHolding, RankTrainer):
                                                              tensor_parallel), partition, memory_limit),
                           "PipelineTrainer arguments")
         self._staged = (True, True)            # whether x, y go into staging rows: until a minibatch shows, yes
-        self.fit = isinstance(self.strategy, Fit)
+        self.fit, self._fits = isinstance(self.strategy, Fit), set()    # fit(bytes): minibatch sizes checked
         self.replicas = Replicas(self.group, self.data_parallel, self.shards)   # NOTE in pipeline/replicas.py
         self.pipe, self.rank, self.ranks = self.replicas.pipe, self.replicas.stage, self.replicas.stages
         self.blas_threads = self.group.share_cores()
@@ -157,9 +158,6 @@ class PipelineTrainer(StageHolding, RankTrainer):
             self.init, self.optimizer = check_init(init), parse_optimizer(optimizer)
             if self.shards > 1:
                 check_tensor_strategy(self.strategy)
-                if limits[1] is not None:
-                    raise ValueError(f"memory_limit={limits[1]} does not apply with tensor_parallel={self.shards}, "
-                                     "whose stages plan no bound: give a partition, or none")
         except (ValueError, TypeError) as exc:
             return exc
         return {"mode": MODE, "sizes": self.sizes, "micro_batches": self.micro_batches, "schedule": schedule,
@@ -228,6 +226,9 @@ class PipelineTrainer(StageHolding, RankTrainer):
         for arr, name, used in ((xb, "x", self.first), (yb, "y", self.last)):
             if used and not all_finite(arr):
                 raise ValueError(f"{name} holds NaN or inf")
+        if self.fit and (xb.shape[0], self._staged) not in self._fits:   # refused here, agreed: not in one stage
+            self._stage_bytes(self.rank, self.lo, self.hi, xb.shape[0])
+            self._fits.add((xb.shape[0], self._staged))
         return xb, yb, eta
 
     def _step(self, xb, yb, total):
@@ -240,9 +241,13 @@ class PipelineTrainer(StageHolding, RankTrainer):
         staged = tuple(self._staging.rows * flag for flag in self._staged)     # a bound leaves room for them
         if self._runner is None or self._runner.rows < rows or (self._runner.staged != staged and self.fit):
             self._runner = None                                                # free the old buffers first
-            plan = None if self.shards > 1 else stage_plan(
-                self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(), self.transport,
-                self.blas_threads, self.optimizer.slots, self.data_parallel > 1, staged)
+            args = (self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, self.order(), self.transport,
+                    self.blas_threads, self.optimizer.slots, self.data_parallel > 1, staged)
+            if self.shards > 1:                              # NOTE [ Tensor-parallel stages ]: its layout
+                kind = tensor_stage(*args, (self.shards, self.replicas.shard))[0]
+                plan = TensorLayout(self.stage_sizes, kind, self.shards, self.replicas.shard, self.last)
+            else:
+                plan = stage_plan(*args)
             self._runner = StageRunner(self, rows, self.order(), plan)
             self._runner.staged = staged
         with self.params.lock:
