@@ -125,3 +125,12 @@ def test_bad_forward_between_checkpoints_indices():
         net.forward_between_checkpoints(np.zeros((1, 2)), 2, 1)
     with pytest.raises(ValueError, match=r"a has shape \(1, 4\): 4 values per sample"):
         net.forward_between_checkpoints(np.zeros((1, 4)), 1, 2)
+
+
+def test_a_nan_in_a_later_chunk_of_the_test_data_is_named_at_its_own_row():
+    """evaluate() checks its rows chunk by chunk; the error names the row in the whole array."""
+    net = Network([4, 3, 2])
+    x = np.random.default_rng(0).random((3000, 4))
+    x[1500, 2] = np.nan
+    with pytest.raises(ValueError, match=r"x_test_data contains NaN or inf \(first at index \(1500, 2\)"):
+        net.evaluate(x, np.zeros(3000, dtype=int))

@@ -222,3 +222,90 @@ def _recomputed(strategy, sizes=(784,) + (64,) * 6 + (10,)):
     dropped = [j for j in range(1, len(sizes)) if j not in kept]
     top = [j for j in dropped if all(k in dropped for k in range(j, max(dropped) + 1))]
     return sum(sizes[j - 1] * sizes[j] for j in dropped if j not in top)
+
+
+ACCOUNTS = """
+import json, numpy as np
+from mpi4py import MPI
+from fastckpt.distributed import Grid, PipelineTrainer
+rng = np.random.default_rng(3)
+x, y = rng.random((32, 784)), rng.random((32, 10))
+out = {}
+for name, grid in (("2x2x2", Grid(data=2, pipeline=2, tensor=2)), ("2x4x1", Grid(data=2, pipeline=4))):
+    sent = []
+    for order in ((8, 16), (16, 8)):
+        np.random.seed(0)
+        t = PipelineTrainer([784, 64, 48, 32, 10], 2, schedule="1f1b", grid=grid)
+        for b in order:
+            t.update_mini_batch(x[:b], y[:b], 0.5)
+        sent.append(t.bytes_per_update)
+    out[name] = {"default is the batch made for": t.predicted_bytes() == t.predicted_bytes(16),
+                 "bytes per update in either order": sent}
+    errors = []
+    for bad in (0, -3, 2.5, "8", True):
+        try:
+            t.predicted_bytes(bad)
+            errors.append(None)
+        except (TypeError, ValueError) as exc:
+            errors.append(str(exc))
+    out[name]["errors"] = errors
+try:
+    PipelineTrainer([784, 64, 10], 2, comm="world")
+except TypeError as exc:
+    out["comm"] = str(exc)
+every = MPI.COMM_WORLD.gather(out)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(every))
+"""
+
+
+@needs_mpi
+def test_a_ranks_accounts_follow_its_minibatches():
+    """predicted_bytes() is for the minibatch its buffers were made for, with replicas too; its argument is
+    checked; bytes_per_update is the mean over every update, also when the buffers were made again."""
+    proc = subprocess.run([MPIEXEC, "-n", "8", sys.executable, "-c", ACCOUNTS], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for out in json.loads(proc.stdout):
+        for name in ("2x2x2", "2x4x1"):
+            said = out[name]
+            assert said["default is the batch made for"]
+            first, second = said["bytes per update in either order"]
+            assert first == second > 0
+            assert said["errors"] == ["batch_size must be >= 1, got 0", "batch_size must be >= 1, got -3",
+                                      "batch_size must be an integer, got 2.5",
+                                      "batch_size must be an integer, got '8'",
+                                      "batch_size must be an integer, got True"]
+        assert out["comm"].startswith("comm must be an mpi4py communicator (MPI.COMM_WORLD or one split from it), "
+                                      "got str 'world'")
+
+
+NARROW = """
+import json, numpy as np
+from mpi4py import MPI
+from fastckpt.parallel import PipelineTrainer
+out = {}
+np.random.seed(0)
+try:
+    PipelineTrainer([40, 19, 2, 9, 12, 6], 2, tensor_parallel=3, partition=[1, 4])
+except ValueError as exc:
+    out["narrow"] = str(exc)
+np.random.seed(0)
+t = PipelineTrainer([784, 1, 48, 48], 2, tensor_parallel=3)          # the balanced split [2, 1] cannot split
+out["partition"] = t.partition
+every = MPI.COMM_WORLD.gather(out)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(every))
+"""
+
+
+@needs_mpi
+def test_a_stage_too_narrow_for_its_shards_is_named_in_the_nets_numbers():
+    proc = subprocess.run([MPIEXEC, "-n", "6", sys.executable, "-c", NARROW], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for out in json.loads(proc.stdout):
+        assert out["narrow"] == ("stage 1 (layers 1..4) cannot be split over its 3 tensor ranks: layer 1 splits its "
+                                 "outputs, sizes[2] = 2 units, over 3 ranks, but every rank needs at least one; use "
+                                 "at most 2 ranks or widen that layer; or give a partition whose stages split")
+        assert out["partition"] == [1, 2]         # stage 0 row-splits 784 inputs; [2, 1] would column-split 1

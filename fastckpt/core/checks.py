@@ -120,16 +120,17 @@ def check_finite_rows(arr, name, chunk=4096):
                              f"{arr[tuple(bad)]!r}); nothing was trained")
 
 
-def nonfinite_error(name, arr):
+def nonfinite_error(name, arr, offset=0):
+    """The error of ``arr`` holding NaN or inf, naming its first bad index (its rows counted from ``offset``)."""
     bad = np.argwhere(~np.isfinite(arr))[0]
-    return ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)}: "
+    return ValueError(f"{name} contains NaN or inf (first at index {(int(bad[0]) + offset, *map(int, bad[1:]))}: "
                       f"{arr[tuple(bad)]!r}); clean the data or use a wider dtype")
 
 
-def check_finite(arr, name):
-    """Raise a ValueError naming ``name`` if the contiguous array holds NaN or inf."""
+def check_finite(arr, name, offset=0):
+    """Raise a ValueError naming ``name`` if the contiguous array holds NaN or inf (rows from ``offset``)."""
     if arr.dtype.kind == "f" and not all_finite(arr):
-        raise nonfinite_error(name, arr)
+        raise nonfinite_error(name, arr, offset)
 
 
 def check_l2(l2, n_layers):

@@ -31,7 +31,7 @@ temporary the size of the largest layer.
 """
 import numpy as np
 
-DRAW_CHUNK = 32768  # numbers drawn per call
+DRAW_CHUNK = 4096  # numbers drawn per call: a 32 KiB temporary, within what a memory plan leaves
 
 INITS = {"lab": "lab", "xavier": "xavier", "glorot": "xavier", "he": "he", "kaiming": "he"}
 

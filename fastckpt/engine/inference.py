@@ -88,7 +88,7 @@ def in_chunks(params, acts, x, name, consume, *, chunk=EVAL_CHUNK):
     rows_of = stage_rows(x, params.dtype, chunk)
     for i in range(0, n, chunk):
         rows = rows_of(i, min(chunk, n - i))
-        check_finite(rows, name)
+        check_finite(rows, name, offset=i)
         consume(i, run(rows))
 
 
@@ -103,7 +103,7 @@ def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_d
     rows_of = stage_rows(x, np.dtype(dtype), chunk)
     for i in range(0, x.shape[0], chunk):
         rows = rows_of(i, min(chunk, x.shape[0] - i))
-        check_finite(rows, name)
+        check_finite(rows, name, offset=i)
         predicted = predict(rows)
         if predicted is not None:
             hits += int(np.count_nonzero(predicted == labels[i:i + chunk]))

@@ -27,10 +27,10 @@ class Grid:
         self.data = check_positive_int(data, "data")
         self.pipeline = check_positive_int(pipeline, "pipeline")
         self.tensor = check_positive_int(tensor, "tensor")
-        if comm is None:
-            from .mpi import mpi_world
-            comm = mpi_world()[1]
-        self.comm = comm
+        from .mpi import check_comm, mpi_world
+        MPI, world = mpi_world()
+        self.comm = world if comm is None else check_comm(comm, MPI)
+        comm = self.comm
         if comm.Get_size() != self.size:
             raise ValueError(f"{self!r} needs data x pipeline x tensor = {self.size} ranks; this communicator "
                              f"has {comm.Get_size()}")

@@ -63,6 +63,14 @@ def launched_ranks():
     return 1
 
 
+def check_comm(comm, MPI):
+    """``comm`` if it is an mpi4py intra-communicator, else a TypeError naming what it is."""
+    if not isinstance(comm, MPI.Intracomm):
+        raise TypeError(f"comm must be an mpi4py communicator (MPI.COMM_WORLD or one split from it), got "
+                        f"{type(comm).__name__} {comm!r}"[:200])
+    return comm
+
+
 class Group:
     """The ranks of one communicator (``MPI.COMM_WORLD`` by default) and the collectives every mode shares.
 
@@ -71,7 +79,7 @@ class Group:
 
     def __init__(self, comm=None):
         self.MPI, world = mpi_world()
-        self.comm = world if comm is None else comm
+        self.comm = world if comm is None else check_comm(comm, self.MPI)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         if world.Get_size() > 1:
             hook_uncaught(world)

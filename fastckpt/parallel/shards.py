@@ -13,19 +13,19 @@ from fastckpt.core.checks import check_eta
 from fastckpt.kernels import sgd_step
 
 
-def split_layers(sizes, ranks, rank):
+def split_layers(sizes, ranks, rank, first=0):
     """``(row_split, slices)``: per layer whether it is row-split, and rank ``rank``'s
     ``((r0, r1), (c0, c1))`` of its weight ``W[r0:r1, c0:c1]`` (and bias ``b[r0:r1]``).
 
     Units are split as ``np.array_split`` splits them; a ValueError names a layer too narrow for
-    the ranks."""
+    the ranks (counting layers from ``first``: ``sizes`` a pipeline stage's part of a net)."""
     n_layers = len(sizes) - 1
     row_split = [(n_layers - 1 - layer) % 2 == 0 for layer in range(n_layers)]
     slices = []
     for layer, row in enumerate(row_split):
         k = layer if row else layer + 1                   # the width this layer splits
         if sizes[k] < ranks:
-            raise ValueError(f"layer {layer} splits its {'inputs' if row else 'outputs'}, sizes[{k}] = "
+            raise ValueError(f"layer {layer + first} splits its {'inputs' if row else 'outputs'}, sizes[{k + first}] = "
                              f"{sizes[k]} units, over {ranks} ranks, but every rank needs at least one; "
                              f"use at most {sizes[k]} rank{'s' * (sizes[k] > 1)} or widen that layer")
         q, extra = divmod(sizes[k], ranks)                # as np.array_split: the first `extra` get q + 1

@@ -9,7 +9,8 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
-from ..tensor_layers import fit_strategy
+from ..shards import split_layers
+from ..tensor_layers import fit_strategy, kept_states
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges, stash_layout
@@ -161,10 +162,12 @@ def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged):
     }
 
 
-def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total, strategy=None):
+def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_total, strategy=None, splits=None):
     """Layers per stage: ``partition`` checked, or the balanced split of :func:`balance` on the layers'
     predicted time, each stage within ``memory_limit`` bytes (``stage_total(stage, lo, hi)``) if given
-    (by default ``fit(bytes)``'s bound, when the batch size is known)."""
+    (by default ``fit(bytes)``'s bound, when the batch size is known), and ``splits(lo, hi)`` if given (a
+    tensor-parallel stage's layers wide enough for its shards; when no split has that, the balanced one,
+    which :func:`check_stages` refuses naming the layer)."""
     n_layers = len(sizes) - 1
     if partition is not None:
         parts = [check_positive_int(p, "partition[i]") for p in partition]
@@ -175,8 +178,12 @@ def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_t
     if memory_limit is None and isinstance(strategy, Fit) and batch_size is not None:
         memory_limit = strategy.nbytes                      # fit(bytes) bounds every stage: split accordingly
     costs = layer_costs(sizes, batch_size or 1)
+    ok = splits or (lambda lo, hi: True)
     if memory_limit is None:
-        return balance(costs, stages)
+        try:
+            return balance(costs, stages, lambda stage, lo, hi: ok(lo, hi))
+        except ValueError:
+            return balance(costs, stages)
     limit = check_positive_int(memory_limit, "memory_limit")
     if batch_size is None:
         raise ValueError("memory_limit needs batch_size: the memory of a stage depends on it")
@@ -187,7 +194,7 @@ def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_t
         except InfeasiblePlan as exc:
             return exc.minimum_bytes
     try:
-        return balance(costs, stages, lambda stage, lo, hi: need(stage, lo, hi) <= limit)
+        return balance(costs, stages, lambda stage, lo, hi: ok(lo, hi) and need(stage, lo, hi) <= limit)
     except ValueError:
         parts = balance(costs, stages)
         most = max(need(s, sum(parts[:s]), sum(parts[:s + 1])) for s in range(stages))
@@ -201,11 +208,16 @@ def check_stages(strategy, sizes, partition, shards=1, shard=0):
     stage too narrow to split over ``shards`` tensor ranks."""
     for stage, n in enumerate(partition):
         lo = sum(partition[:stage])
+        if shards > 1:
+            try:
+                split_layers(sizes[lo:lo + n + 1], shards, shard, first=lo)
+            except ValueError as exc:
+                raise ValueError(f"stage {stage} (layers {lo}..{lo + n - 1}) cannot be split over its {shards} tensor "
+                                 f"ranks: {exc}; or give a partition whose stages split") from None
         try:
             strategy.check(sizes[lo:lo + n + 1])
-            if shards > 1:
-                TensorLayout(sizes[lo:lo + n + 1], "plain" if isinstance(strategy, Fit) else strategy, shards, shard,
-                             lo + n == len(sizes) - 1)
+            if shards > 1 and not isinstance(strategy, Fit):
+                kept_states(sizes[lo:lo + n + 1], strategy)
         except ValueError as exc:
             raise ValueError(f"strategy {strategy} does not fit stage {stage} (layers {lo}..{lo + n - 1}): "
                              f"{exc}") from None

@@ -36,6 +36,7 @@ class StageRunner:
         self.up = None if self.first else Link(group, rank - 1, trainer.transport, dtype, self.rows, width_in)
         self.down = None if self.last else Link(group, rank + 1, trainer.transport, dtype, self.rows, width_out)
         self.busy = 0.0
+        self.reported = (0, 0)             # copied and sent bytes already added to the trainer's stats
 
     def run(self, params, acc, xb, yb, edges, stats, total=None):
         """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum goes
@@ -70,9 +71,10 @@ class StageRunner:
         stats["updates"] += 1
         stats["busy"] += self.busy
         stats["wall"] += time.perf_counter() - start
-        stats["copied_bytes"] = self.stage.copied_bytes
-        stats["bytes_sent"] = sum(link.sent for link in (self.up, self.down) if link is not None) \
-            + self.stage.sent_bytes
+        sent = sum(link.sent for link in (self.up, self.down) if link is not None) + self.stage.sent_bytes
+        stats["copied_bytes"] += self.stage.copied_bytes - self.reported[0]      # this runner's since its last
+        stats["bytes_sent"] += sent - self.reported[1]                           # report: the stats are the run's
+        self.reported = (self.stage.copied_bytes, sent)
         return bad or self.nonfinite, loss_sum
 
     def _finite(self, arr):

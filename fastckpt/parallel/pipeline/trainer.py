@@ -39,6 +39,7 @@ from fastckpt.planner.strategies import Fit
 from ..grid import Grid, grid_args
 from ..mpi import Group, lab_loop, random_state
 from ..rank_trainer import RankTrainer
+from ..shards import split_layers
 from ..tensor_layers import check_tensor_strategy
 from .holding import StageHolding
 from .partition import check_stages, choose_partition, stage_bytes, stage_plan, tensor_stage
@@ -120,7 +121,7 @@ class PipelineTrainer(StageHolding, RankTrainer):
         self.blas_threads = self.group.share_cores()
         self.partition = choose_partition(self.sizes, self.ranks, partition, memory_limit, self.batch_size,
                                           lambda stage, lo, hi: self._stage_bytes(stage, lo, hi, self.batch_size),
-                                          self.strategy)
+                                          self.strategy, None if self.shards == 1 else self._splits)
         check_stages(self.strategy, self.sizes, self.partition, self.shards, self.replicas.shard)
         if self.batch_size is not None:                       # a bound the stages cannot hold: refused on every rank
             for stage, n in enumerate(self.partition):
@@ -168,6 +169,14 @@ class PipelineTrainer(StageHolding, RankTrainer):
                 "l2": list(self.l2), "batch_size": self.batch_size, "partition and memory_limit": repr(limits),
                 "np.random state (seed every rank alike)": random_state()}
 
+    def _splits(self, lo, hi):
+        """Whether layers ``lo .. hi-1`` are wide enough to split over the tensor shards."""
+        try:
+            split_layers(self.sizes[lo:hi + 1], self.shards, 0)
+        except ValueError:
+            return False
+        return True
+
     def _rows(self, batch):
         return -(-self.replicas.largest(batch) // self.micro_batches)
 
@@ -176,9 +185,13 @@ class PipelineTrainer(StageHolding, RankTrainer):
         return schedule(self.schedule, self.rank if stage is None else stage, self.ranks, self.micro_batches)
 
     def predicted_bytes(self, batch_size=None):
-        """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the planned one);
-        ``staging``: the rows the last minibatch's x or y was converted into (before any, as if they are)."""
-        batch = batch_size or self.batch_size or (self._runner.rows * self.micro_batches if self._runner else None)
+        """This rank's predicted bytes by part for minibatches of ``batch_size`` (default: the one its buffers
+        were last made for, else the ``batch_size`` given); ``staging``: the rows the last minibatch's x or
+        y was converted into (before any, as if they are)."""
+        if batch_size is not None:
+            batch = check_positive_int(batch_size, "batch_size")
+        else:
+            batch = self._runner.batch if self._runner is not None else self.batch_size
         if batch is None:
             raise ValueError("predicted_bytes needs batch_size (or a first update)")
         return self._stage_bytes(self.rank, self.lo, self.hi, batch)
@@ -249,7 +262,7 @@ class PipelineTrainer(StageHolding, RankTrainer):
             else:
                 plan = stage_plan(*args)
             self._runner = StageRunner(self, rows, self.order(), plan)
-            self._runner.staged = staged
+            self._runner.staged, self._runner.batch = staged, total
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
             self.replicas.sum(self._acc, self.MPI)
