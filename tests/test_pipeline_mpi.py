@@ -69,6 +69,12 @@ CASES = {
 def test_pipelines_equal_one_process_on_the_same_minibatches(ranks, tmp_path):
     cases = [dict(case, out=str(tmp_path / f"{k}.npz")) for k, case in enumerate(CASES[ranks])]
     _job(ranks, cases)
+    assert_equal_one_process(cases)
+
+
+def assert_equal_one_process(cases):
+    """Each case's saved run (pipeline_job.py) began from one process's weights, bit for bit, and ended at
+    its weights and loss to 1e-10; every replica's copy of a stage (or shard) holds the same bits."""
     (x, y), _ = fastckpt.load_mnist()
     for case in cases:
         before, net = _one_process(case, x, y)
@@ -151,16 +157,21 @@ def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
 
 
 @needs_mpi
-def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path):
-    """--data-parallel 2 x --pipeline 2 on 4 ranks: the net of one process on the same minibatches."""
+@pytest.mark.parametrize("ranks, grid", [(4, ["--schedule", "1f1b"]), (8, ["--tensor-parallel", "--schedule", "zb1"])],
+                         ids=["2x2", "2x2x2"])
+def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path, ranks, grid):
+    """--data-parallel 2 x --pipeline 2 on 4 ranks, and with its stages split over 2 tensor ranks each on 8:
+    the net (and Adam state) of one process on the same minibatches."""
     outs = [tmp_path / "grid.npz", tmp_path / "one.npz"]
     net = ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002", "--sizes",
            "784,48,32,24,10", "--epochs", "1", "--strategy", "sqrt", "--json", "--save"]
-    proc = subprocess.run([MPIEXEC, "-n", "4", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--micro-batches",
-                           "2", "--schedule", "1f1b", *net, str(outs[0])], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), *TRAIN, "--pipeline", "2", "--data-parallel", "2",
+                           "--micro-batches", "2", *grid, *net, str(outs[0])], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
-    assert result["pipeline"] == 2 and result["data_parallel"] == 2 and result["ranks"] == 4
+    assert (result["pipeline"], result["data_parallel"], result["ranks"]) == (2, 2, ranks)
+    assert result["tensor_parallel"] == ranks // 4
     one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
     assert_same_saved_net(*outs)
@@ -215,6 +226,8 @@ def test_cli_pipeline_trains_like_one_process(tmp_path, net):
     (["--pipeline", "2", "--partition", "2,2"], "partition must give the layers of each of the 2 stages"),
     (["--pipeline", "2", "--strategy", "segments(3)"], "does not fit stage 0"),
     (["--pipeline", "2", "--micro-batches", "11"], "--batch-size 10 is too small for --micro-batches 11"),
+    (["--pipeline", "2", "--tensor-parallel", "3"], "--pipeline 2 x --tensor-parallel 3 needs 6 ranks (mpiexec -n 6), "
+                                                   "got 2"),
     (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline (with --tensor-parallel or not) and "
                                    "--tensor-parallel, got --mpi and --pipeline"),
 ])

@@ -10,10 +10,8 @@ import sys
 
 import numpy as np
 import pytest
-from test_distributed import MPIEXEC, TRAIN, assert_same_saved_net, needs_mpi
-from test_pipeline_mpi import DEEP, _job, _one_process
-
-import fastckpt
+from test_distributed import MPIEXEC, needs_mpi
+from test_pipeline_mpi import DEEP, _job, assert_equal_one_process
 
 SIZES = [784] + [256] * 8 + [10]
 CASES = [dict(sizes=DEEP, schedule="gpipe", micro=3, batch=24, strategy="plain"),
@@ -36,17 +34,7 @@ def test_tensor_parallel_stages_equal_one_process(data, tmp_path):
     cases = [dict(case, tensor_parallel=2, data_parallel=data, out=str(tmp_path / f"{k}.npz"))
              for k, case in enumerate(CASES)]
     _job(4 * data, cases, timeout=600)
-    (x, y), _ = fastckpt.load_mnist()
-    for case in cases:
-        before, net = _one_process(case, x, y)
-        saved = np.load(case["out"])
-        n = 2 * (len(case["sizes"]) - 1)
-        for k, ref in enumerate(before):
-            np.testing.assert_array_equal(saved[f"arr_{n + k}"], ref)
-        for k, ref in enumerate(net.weights + net.biases):
-            np.testing.assert_allclose(saved[f"arr_{k}"], ref, rtol=1e-10, atol=1e-13, err_msg=str(case))
-        assert float(saved["loss"]) == pytest.approx(net.last_loss, rel=1e-10)
-        assert bool(saved["replicas_agree"])
+    assert_equal_one_process(cases)
 
 
 @needs_mpi
@@ -118,27 +106,6 @@ def test_bytes_per_update_count_the_sums_inside_each_stage():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == [12_800, 12_800, 14_400, 14_400]
-
-
-@needs_mpi
-def test_cli_grid_of_tensor_parallel_stages_trains_like_one_process(tmp_path):
-    """train --data-parallel 2 --pipeline 2 --tensor-parallel on 8 ranks: one process's net (and Adam state)."""
-    outs = [tmp_path / "grid.npz", tmp_path / "one.npz"]
-    net = ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002", "--sizes",
-           "784,48,32,24,10", "--epochs", "1", "--strategy", "sqrt", "--json", "--save"]
-    proc = subprocess.run([MPIEXEC, "-n", "8", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--tensor-parallel",
-                           "--micro-batches", "2", "--schedule", "zb1", *net, str(outs[0])], capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)
-    assert (result["pipeline"], result["data_parallel"], result["tensor_parallel"], result["ranks"]) == (2, 2, 2, 8)
-    one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, one.stderr
-    assert_same_saved_net(*outs)
-    bad = subprocess.run([MPIEXEC, "-n", "4", *TRAIN, "--pipeline", "2", "--tensor-parallel", "3", "--epochs", "1"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--pipeline 2 x --tensor-parallel 3 needs 6 ranks (mpiexec -n 6), got 4" in \
-        bad.stderr, bad.stderr
 
 
 FIT = """
