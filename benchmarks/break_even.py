@@ -7,6 +7,7 @@ each strategy's step holds fewer bytes than plain's (fastckpt.planner.pays.pays_
 lab's update, which keeps the gradients; with the optimizer in backward every strategy saves
 from batch 1 (printed, not drawn).
 """
+import os
 import sys
 
 import numpy as np
@@ -18,7 +19,10 @@ WIDTHS = [32, 64, 128, 256, 512, 1024, 2048]
 DEPTH = 16
 
 
-def main(out="docs/break_even_batch.png"):
+FIGURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "break_even_batch.png")
+
+
+def main(out=FIGURE):
     fig, ax = figure()
     curves = []
     for strategy in ("every_nth(2)", "sqrt", "revolve(2)"):

@@ -228,6 +228,8 @@ def test_cli_pipeline_trains_like_one_process(tmp_path, net):
     (["--pipeline", "2", "--micro-batches", "11"], "--batch-size 10 is too small for --micro-batches 11"),
     (["--pipeline", "2", "--tensor-parallel", "3"], "--pipeline 2 x --tensor-parallel 3 needs 6 ranks (mpiexec -n 6), "
                                                    "got 2"),
+    (["--pipeline", "2", "--data-parallel", "2", "--tensor-parallel"], "--data-parallel 2 x --pipeline 2 with "
+                                                                      "--tensor-parallel needs a multiple of 4 ranks"),
     (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline (with --tensor-parallel or not) and "
                                    "--tensor-parallel, got --mpi and --pipeline"),
 ])

@@ -91,7 +91,12 @@ np.random.seed(0)
 trainer = PipelineTrainer([784, 40, 30, 10], 2, partition=[1, 2], tensor_parallel=2, schedule="1f1b")
 for _ in range(3):
     trainer.update_mini_batch(x, y, 0.5)
-said = MPI.COMM_WORLD.gather(trainer.bytes_per_update)
+np.random.seed(0)
+replicated = PipelineTrainer([784, 40, 30, 10], 2, partition=[1, 2], data_parallel=2, schedule="1f1b")
+for _ in range(3):
+    replicated.update_mini_batch(x, y, 0.5)
+said = MPI.COMM_WORLD.gather((trainer.bytes_per_update, replicated.bytes_per_update,
+                              replicated.params.flat.nbytes))
 if MPI.COMM_WORLD.rank == 0:
     print(json.dumps(said))
 """
@@ -105,7 +110,11 @@ def test_bytes_per_update_count_the_sums_inside_each_stage():
     proc = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", BYTES], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == [12_800, 12_800, 14_400, 14_400]
+    said = json.loads(proc.stdout)
+    assert [split for split, _, _ in said] == [12_800, 12_800, 14_400, 14_400]
+    # 2 replicas of 2 whole stages: 10 rows each, 2 micro-batches of 5; each stage sends 2 x 5 x 40 x 8 bytes
+    # to the other and sums its gradient over the replicas, 2 (D - 1) / D = 1 times its bytes on 2 replicas
+    assert [replicated for _, replicated, _ in said] == [3_200 + params for _, _, params in said]
 
 
 FIT = """

@@ -65,7 +65,13 @@ def tensor_shards(args, ranks):
         return 1
     if args.tensor_parallel is not True:
         return args.tensor_parallel
-    return max(1, ranks // ((args.data_parallel or 1) * (args.pipeline or 1)))
+    others = (args.data_parallel or 1) * (args.pipeline or 1)
+    if args.pipeline and ranks % others:
+        shown = " x ".join([f"--data-parallel {args.data_parallel}"] * ((args.data_parallel or 1) > 1)
+                           + [f"--pipeline {args.pipeline}"] * bool(args.pipeline))
+        raise ValueError(f"{shown} with --tensor-parallel needs a multiple of {others} ranks ({others} x T, T the "
+                         f"ranks each stage is split over), got {ranks}")
+    return max(1, ranks // others)
 
 
 def check_grid(args, run, ranks):

@@ -266,14 +266,17 @@ class PipelineTrainer(StageHolding, RankTrainer):
         with self.params.lock:
             bad, loss_sum = self._runner.run(self.params.flat, self._acc, xb, yb, edges, self.stats, total)
             self.replicas.sum(self._acc, self.MPI)
+            count = self.data_parallel                      # the gradient's sum over the replicas, as a ring sends it
+            self.stats["bytes_sent"] += self._acc.nbytes * 2 * (count - 1) // count
         bad = bad or not all_finite(self._acc)
         penalty = l2_penalty(self.replicas.own_l2(self.l2[self.lo:self.hi]), self.params.layers()[0])
         return np.array([float(bad), loss_sum if self.last and self.replicas.shard == 0 else 0.0, penalty])
 
     @property
     def bytes_per_update(self):
-        """Bytes this rank sent per update so far: activations and deltas to its neighbour stages, as encoded, and
-        a tensor-parallel stage's sums over its shards (2 (T - 1) / T per byte summed, (T - 1) / T gathered)."""
+        """Bytes this rank sent per update so far: activations and deltas to its neighbour stages, as encoded, a
+        tensor-parallel stage's sums over its shards (2 (T - 1) / T per byte summed, (T - 1) / T gathered), and
+        with ``D`` replicas the gradient's sum over them (``2 (D - 1) / D`` times its bytes)."""
         return self.stats["bytes_sent"] / max(1, self.stats["updates"])
 
     def bubble_fraction(self):
