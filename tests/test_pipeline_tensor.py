@@ -53,7 +53,8 @@ def test_tensor_parallel_zb1_trains_bit_for_bit_as_1f1b(tmp_path):
 @pytest.mark.memory
 @pytest.mark.parametrize("data", [1, 2], ids=["1x2x2", "2x2x2"])
 def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
-    """Each rank's peak is its plan to 128 KiB (the Python objects a trainer makes: ~40 KB), and fit(bytes)'s
+    """Each rank's peak is its plan to 80 KiB (the Python objects a trainer makes: ~40 KB; 128 KiB for the first
+    case measured in the job, which carries ~45 KB more), and fit(bytes)'s
     within its bound; checkpointing inside the stages lowers both by the same bytes where more than one
     micro-batch is in flight."""
     base = dict(sizes=SIZES, batch=512, micro=4, memray=True, tensor_parallel=2, data_parallel=data, updates=2)
@@ -63,13 +64,17 @@ def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
              for s, st, opt in runs]
     bound = 10_200_000                 # x given as float32: stage 0 holds its 3.2 MB of converted rows too
     cases.append(dict(cases[1], strategy=f"fit({bound})", x_dtype="float32", out=str(tmp_path / "fit.json")))
+    # small ranks: what the plan does not count (making the trainer, the other stages' plans) shows most there
+    cases.append(dict(base, sizes=[784, 64, 48, 32, 10], batch=32, schedule="zb1", strategy="sqrt", optimizer="sgd",
+                      out=str(tmp_path / "small.json")))
     _job(4 * data, cases, timeout=600)
     found = {}
     for case in cases:
         rows = json.load(open(case["out"]))
         assert len(rows) == 4 * data
+        slack = (128 if case is cases[0] else 80) * 1024   # the first case measured carries ~45 KB more objects
         for rank, (peak, predicted) in enumerate(rows):
-            assert abs(peak - predicted["total"]) <= 128 * 1024, (case["out"], rank, peak, predicted)
+            assert abs(peak - predicted["total"]) <= slack, (case["out"], rank, peak, predicted)
             assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
             if case["strategy"].startswith("fit"):
                 assert peak <= bound and predicted["staging"] == (512 * 784 * 8 if rank % 4 < 2 else 0), (rank, peak)

@@ -35,6 +35,11 @@ def split_layers(sizes, ranks, rank, first=0):
     return row_split, slices
 
 
+def shard_nbytes(slices, dtype):
+    """The bytes of a :class:`Shard` of ``slices``, without making one."""
+    return sum((r1 - r0) * (c1 - c0 + 1) for (r0, r1), (c0, c1) in slices) * np.dtype(dtype).itemsize
+
+
 class Shard:
     """A rank's slices ``slices`` (of :func:`split_layers`) as parameters: ``flat`` holds each weight
     slice (local n_out, local n_in), then its bias slice; ``blocks`` is the one range they fill.

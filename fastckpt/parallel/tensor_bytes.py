@@ -5,7 +5,7 @@ import numpy as np
 from fastckpt.core.checks import check_positive_int
 from fastckpt.planner.strategies import Fit
 
-from .shards import Shard, split_layers
+from .shards import shard_nbytes, split_layers
 from .tensor_layers import fit_strategy, kept_states
 
 
@@ -32,7 +32,7 @@ def tensor_bytes(sizes, ranks, shard, strategy, rows, dtype, slots=0, replicated
     elems = rows * (kept + shared + 2 * max(widths[1:]))
     if row_split[0]:
         elems += rows * (slices[0][1][1] - slices[0][1][0])
-    params = Shard(slices, dtype).flat.nbytes
+    params = shard_nbytes(slices, dtype)
     comm = max(messages(sizes, row_split, runs, rows)) * item if ranks > 1 else 0
     parts = {"parameters": params, "gradients": params, "optimizer_state": slots * params,
              "activations": elems * item + 8 * max(sizes[1:]),

@@ -2,7 +2,7 @@
 its slices and states, its bytes by part, and its forward pass for evaluation."""
 import numpy as np
 
-from ..shards import Shard, split_layers
+from ..shards import shard_nbytes, split_layers
 from ..tensor_layers import kept_states, split_layer
 
 
@@ -64,7 +64,7 @@ def tensor_stage_bytes(layout, rows, dtype, flight, deferred, *, first_stage, la
     and ``deferred`` with W pending; ``slots`` optimizer state buffers; ``replicated``: summed over replicas.
     ``comm_buffers`` is MPI's temporary of the largest in-place ``Allreduce``, made the message's size."""
     item = np.dtype(dtype).itemsize
-    params = Shard(layout.slices, dtype).flat.nbytes
+    params = shard_nbytes(layout.slices, dtype)
     stash = sum(a + d for a, d in layout.stash_widths()) * rows
     row0, sizes = layout.row_split[0], layout.sizes
     elems = rows * (layout.run_elems() + 2 * layout.delta_elems() + (0 if last_stage else sizes[-1])
