@@ -51,8 +51,8 @@ class Shard:
 
     def __init__(self, slices, dtype):
         self.shapes = [(r1 - r0, c1 - c0) for (r0, r1), (c0, c1) in slices]   # (local n_out, local n_in)
-        total = sum(n_out * (n_in + 1) for n_out, n_in in self.shapes)
         self.dtype = np.dtype(dtype)
+        total = shard_nbytes(slices, self.dtype) // self.dtype.itemsize
         self.flat = np.zeros(total, dtype=self.dtype)
         self.blocks = np.array([[0, total]], dtype=np.int64)
         self.lock = threading.RLock()
