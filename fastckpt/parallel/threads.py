@@ -22,20 +22,19 @@ all of it: each worker plans ``fit`` of its share, ``P + (bytes - (2 + S) P) /
 threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_bytes`
 adds the parts up.
 """
-import threading
-from concurrent.futures import ThreadPoolExecutor, wait
-
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
 from fastckpt.core.resources import check_fits, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
-from fastckpt.kernels import accumulate, blas_threads, set_blas_threads
+from fastckpt.kernels import blas_threads, set_blas_threads
 from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Fit
+
+from .crew import Crew
 
 THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
 
@@ -59,7 +58,7 @@ class DataParallel:
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
                    f"{self.threads} worker threads", "threads")
-        self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fastckpt") if self.threads > 1 else None
+        self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
         self._engines = {}
         self._sum = net.params.new_buffer()
         self.last_loss = None
@@ -69,9 +68,7 @@ class DataParallel:
 
     def close(self):
         """Stop the worker threads."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._crew.close()
 
     def __enter__(self):
         return self
@@ -148,7 +145,7 @@ class DataParallel:
             raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
         batch = sizes.pop()
         params = self.net.params
-        turns = _Turns(self._sum, params.blocks)
+        turns = self._crew.turns()
 
         def work(worker):
             losses = []
@@ -157,13 +154,13 @@ class DataParallel:
                 for k in range(worker, len(xs), self.threads):
                     losses.append((k, engine.gradients(params, xs[k], ys[k],
                                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
-                    turns.add(k, engine.grad)
+                    turns.add(self._sum, k, engine.grad, params.blocks)
             except BaseException:
                 turns.fail()
                 raise
             return losses
 
-        if self.threads > 1 and self._pool is None:
+        if self._crew.closed:
             raise RuntimeError("this DataParallel is closed; make a new one")
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
@@ -178,35 +175,16 @@ class DataParallel:
                 state.apply(params, self._sum, eta)
 
     def _run(self, work, workers, stop):
-        """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results.
-        Every worker ends before anything is raised; a worker's own error wins over a stopped turn.  A worker
-        thread the system cannot start (``ulimit -v``, too many threads) calls ``stop()`` for those started."""
+        """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results
+        (:meth:`Crew.run <fastckpt.parallel.crew.Crew.run>`)."""
         threads = blas_threads()
-        if self._pool is not None and threads > 1:
+        single = self.threads > 1 and threads > 1
+        if single:
             set_blas_threads(1)
         try:
-            futures = []
-            for w in range(1, workers):
-                try:
-                    futures.append(self._pool.submit(work, w))
-                except RuntimeError as exc:                # "can't start new thread"
-                    stop()
-                    wait(futures)
-                    raise RuntimeError(f"threads: could not start worker thread {w + 1} of {self.threads} "
-                                       f"({exc}); use fewer threads") from None
-            first = error = None
-            try:
-                first = work(0)
-            except BaseException as exc:            # raised below, once every worker has ended
-                error = exc
-            wait(futures)
-            errors = [e for e in [error] + [f.exception() for f in futures] if e is not None]
-            errors.sort(key=lambda e: isinstance(e, _Stopped))
-            if errors:
-                raise errors[0]
-            return [first] + [f.result() for f in futures]
+            return self._crew.run(work, workers, stop)
         finally:
-            if self._pool is not None and threads > 1:
+            if single:
                 set_blas_threads(threads)
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, parallel_batches=None,
@@ -230,33 +208,3 @@ class DataParallel:
                                      [y_train[s:s + mini_batch_size] for s in group], rate)
         return run_epochs(self.net, epochs, groups, update, test_data, verbose, progress=progress,
                           on_epoch=on_epoch, first_epoch=first_epoch, eta=eta, lr_schedule=lr_schedule)
-
-
-class _Stopped(Exception):
-    """Another worker failed, so this one's turn never comes."""
-
-
-class _Turns:
-    """Adds minibatch ``k``'s gradient to the sum after ``k - 1``'s (NOTE [ Deterministic reduction ])."""
-
-    def __init__(self, total, blocks):
-        self.total, self.blocks = total, blocks
-        self.next, self.failed = 0, False
-        self.cond = threading.Condition()
-
-    def add(self, k, grad):
-        with self.cond:
-            while self.next != k and not self.failed:
-                self.cond.wait()
-            if self.failed:
-                raise _Stopped(f"minibatch {k}: another worker failed first")
-            if k == 0:
-                self.total[...] = 0.0
-            accumulate(self.total, grad, self.blocks)
-            self.next += 1
-            self.cond.notify_all()
-
-    def fail(self):
-        with self.cond:
-            self.failed = True
-            self.cond.notify_all()

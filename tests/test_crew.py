@@ -1,0 +1,155 @@
+"""DataParallel's crew: flags waited on without the GIL, turns in order, errors, shutdown (NOTE [ Waking workers ])."""
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastckpt.kernels import add_in_turn, raise_flag, wait_flag
+
+from fastckpt.parallel.crew import Crew, Stopped
+
+
+def test_wait_flag_returns_what_it_saw():
+    flags = np.array([3, 0, -1], dtype=np.int64)
+    assert wait_flag(flags, 0, 3, 10**9) == 3             # already there: no spinning
+    assert wait_flag(flags, 0, 2, 10**9) == 3
+    assert wait_flag(flags, 1, 1, 1000) == 0              # never raised: gives up after its turns
+    assert wait_flag(flags, 2, 5, 10**9) == -1            # stopped: returns at once
+    raise_flag(flags, 1, 7)
+    assert flags[1] == 7
+
+
+def test_a_flag_raised_by_another_thread_ends_the_spin():
+    flags = np.zeros(1, dtype=np.int64)
+    seen = []
+    waiter = threading.Thread(target=lambda: seen.append(wait_flag(flags, 0, 1, 10**12)))
+    waiter.start()
+    time.sleep(0.01)
+    raise_flag(flags, 0, 1)
+    waiter.join(10)
+    assert not waiter.is_alive() and seen == [1]
+
+
+def test_add_in_turn_adds_the_blocks_in_turn_only(rng):
+    flags = np.zeros(1, dtype=np.int64)
+    blocks = np.array([[0, 3], [5, 9]], dtype=np.int64)
+    total, grads = rng.random(10), rng.standard_normal((3, 10))
+    expected = np.zeros(10)                                  # k = 0 starts the sum from zero, gaps too
+    before = total.copy()
+    assert add_in_turn(flags, 1, total, grads[1], blocks, 100) == 0    # not its turn: nothing added
+    np.testing.assert_array_equal(total, before)
+    for k in range(3):
+        assert add_in_turn(flags, k, total, grads[k], blocks, 1) == k + 1
+        for lo, hi in blocks:
+            expected[lo:hi] += grads[k, lo:hi]
+    np.testing.assert_array_equal(total, expected)
+    flags[0] = -1
+    assert add_in_turn(flags, 3, total, grads[0], blocks, 10**9) == -1
+
+
+def _summing_job(crew, grads, total, delays):
+    """Worker w adds minibatches w, w + workers, ... in turn, after the given delays."""
+    blocks = np.array([[0, grads.shape[1]]], dtype=np.int64)
+    turns = crew.turns()
+
+    def work(w):
+        for k in range(w, len(grads), crew.workers):
+            time.sleep(delays[k])
+            turns.add(total, k, grads[k], blocks)
+        return w
+    return work, turns
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_sum_is_in_minibatch_order_however_long_the_workers_take(rng, workers):
+    """Delays long enough that waiting threads fall asleep (past the spin) and must be woken."""
+    grads = rng.standard_normal((7, 50)) * 10.0 ** rng.integers(-8, 8, size=(7, 1))
+    expected = np.zeros(50)
+    for g in grads:
+        expected = expected + g
+    crew = Crew(workers)
+    try:
+        for delays in ([0.0] * 7, [0.02, 0, 0, 0.01, 0, 0, 0.005], list(rng.random(7) * 0.004)):
+            total = np.full(50, np.nan)
+            work, turns = _summing_job(crew, grads, total, delays)
+            assert crew.run(work, workers, turns.fail) == list(range(workers))
+            np.testing.assert_array_equal(total, expected)
+    finally:
+        crew.close()
+
+
+def test_a_worker_error_wins_and_every_worker_ends_first(rng):
+    crew = Crew(3)
+    grads, total = rng.random((6, 4)), np.zeros(4)
+    ended = []
+    blocks = np.array([[0, 4]], dtype=np.int64)
+    turns = crew.turns()
+
+    def work(w):
+        try:
+            for k in range(w, 6, 3):
+                if k == 4:
+                    raise ValueError("minibatch 4 is bad")
+                turns.add(total, k, grads[k], blocks)
+        except BaseException:
+            turns.fail()
+            raise
+        finally:
+            ended.append(w)
+    with pytest.raises(ValueError, match="minibatch 4 is bad"):
+        crew.run(work, 3, turns.fail)
+    assert sorted(ended) == [0, 1, 2]
+    work, turns = _summing_job(crew, grads, total, [0.0] * 6)      # the crew still works afterwards
+    crew.run(work, 3, turns.fail)
+    np.testing.assert_array_equal(total, ((((grads[0] + grads[1]) + grads[2]) + grads[3]) + grads[4]) + grads[5])
+    crew.close()
+
+
+def test_a_stopped_turn_is_named():
+    crew = Crew(2)
+    turns = crew.turns()
+    turns.fail()
+    with pytest.raises(Stopped, match="minibatch 1: another worker failed first"):
+        turns.add(np.zeros(2), 1, np.ones(2), np.array([[0, 2]], dtype=np.int64))
+    crew.close()
+
+
+def test_fewer_workers_than_threads_and_many_generations():
+    crew = Crew(3)
+    for n in range(200):
+        used = 1 + n % 3
+        assert crew.run(lambda w, n=n: (n, w), used, lambda: None) == [(n, w) for w in range(used)]
+    crew.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        crew.run(lambda w: w, 1, lambda: None)
+
+
+def _crew_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("fastckpt-")]
+
+
+def test_threads_end_on_close_and_when_the_crew_is_dropped():
+    before = len(_crew_threads())
+    crew = Crew(3)
+    crew.run(lambda w: w, 3, lambda: None)
+    assert len(_crew_threads()) == before + 2
+    crew.close()
+    assert len(_crew_threads()) == before
+    crew = Crew(2)
+    crew.run(lambda w: w, 2, lambda: None)
+    del crew
+    gc.collect()
+    assert len(_crew_threads()) == before
+
+
+def test_a_thread_the_system_cannot_start_is_named(monkeypatch):
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    crew = Crew(3)
+    with pytest.raises(RuntimeError, match=r"could not start worker thread 2 of 3 \(can't start new thread\)"):
+        crew.run(lambda w: w, 3, lambda: None)
+    monkeypatch.undo()
+    assert crew.run(lambda w: w, 3, lambda: None) == [0, 1, 2]
+    crew.close()
