@@ -1,5 +1,6 @@
 """DataParallel's crew: flags waited on without the GIL, turns in order, errors, shutdown (NOTE [ Waking workers ])."""
 import gc
+import os
 import threading
 import time
 
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 from fastckpt.kernels import add_in_turn, raise_flag, wait_flag
 
+from fastckpt import Network
+from fastckpt.parallel import DataParallel
 from fastckpt.parallel.crew import Crew, Stopped
 
 
@@ -153,3 +156,32 @@ def test_a_thread_the_system_cannot_start_is_named(monkeypatch):
     monkeypatch.undo()
     assert crew.run(lambda w: w, 3, lambda: None) == [0, 1, 2]
     crew.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_threads_of_its_own(rng):
+    """The parent's threads do not exist in a child: its first update starts new ones (it used to hang)."""
+    xs, ys = rng.random((4, 4, 6)), rng.random((4, 4, 3))
+    np.random.seed(0)
+    net = Network([6, 5, 3])
+    with DataParallel(net, threads=2) as dp:
+        dp.update_mini_batches(xs, ys, 0.5)
+        expected = net.params.flat.copy()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                         # the child: one more update, its weights to the pipe
+            code = 1
+            try:
+                dp.update_mini_batches(xs, ys, 0.5)
+                os.write(write, net.params.flat.tobytes())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            child = np.frombuffer(pipe.read(), dtype=net.params.flat.dtype)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        dp.update_mini_batches(xs, ys, 0.5)                  # the parent's crew still works
+        np.testing.assert_array_equal(child, net.params.flat)
+    assert not np.array_equal(expected, net.params.flat)

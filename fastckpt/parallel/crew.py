@@ -20,6 +20,7 @@ machine runs beside it.
 Threads hold the crew's shared state, not the crew: a crew that is dropped
 without :meth:`Crew.close` still stops its threads when it is collected.
 """
+import os
 import threading
 import time
 import weakref
@@ -124,7 +125,11 @@ class Crew:
 
     def __init__(self, workers):
         self.workers = workers
-        self._shared = _Shared(workers)
+        self._begin()
+
+    def _begin(self):
+        self._pid = os.getpid()
+        self._shared = _Shared(self.workers)
         self._threads = []
         self._finalizer = weakref.finalize(self, _close, self._shared, self._threads)
 
@@ -158,6 +163,9 @@ class Crew:
         ends the turns when this thread is interrupted while it waits."""
         if self.closed:
             raise RuntimeError("this DataParallel is closed; make a new one")
+        if self._pid != os.getpid():                   # a forked child: the parent's threads are not here
+            self._finalizer.detach()
+            self._begin()
         shared = self._shared
         if workers > 1:
             self._start()

@@ -4,6 +4,8 @@ This is the scheme of the course's ThreadPool exercise (``threads_in_pool``,
 ``parallel_batches``) on fastckpt's kernels, which release the GIL, so the
 threads really run at once.  Each worker has its own engine (workspace and
 gradients) and runs the network's own plan, so checkpointing works unchanged.
+The workers are a :class:`~fastckpt.parallel.crew.Crew`, started once and
+waiting on flags between updates (NOTE [ Waking workers ]).
 
 NOTE [ Deterministic reduction ]
 Minibatch ``k`` goes to worker ``k % threads``, which computes its gradient in
