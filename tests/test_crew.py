@@ -185,3 +185,138 @@ def test_a_forked_child_gets_threads_of_its_own(rng):
         dp.update_mini_batches(xs, ys, 0.5)                  # the parent's crew still works
         np.testing.assert_array_equal(child, net.params.flat)
     assert not np.array_equal(expected, net.params.flat)
+
+
+def _finishes(fn, within=120.0):
+    """``fn()``'s result, run in a thread of its own: a hang fails the test instead of stopping the suite."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append(_outcome(fn)), daemon=True)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), "hung"
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _outcome(fn):
+    try:
+        return True, fn()
+    except BaseException as exc:
+        return False, exc
+
+
+def _updates(dp, rng, counts, sleep=0.0):
+    for n in counts:
+        time.sleep(sleep)
+        dp.update_mini_batches(rng.random((n, 8, 50)), rng.random((n, 8, 10)), 0.01)
+    return dp.net.params.flat.copy()
+
+
+def test_jobs_that_need_fewer_workers_then_more_give_the_bits_of_one_thread():
+    """A worker left out of one job (or two) and asleep must still run the next that needs it (it used to
+    hang, or read the results of a job it had not run)."""
+    counts = [2, 1, 4, 2, 1, 3] * 40
+    weights = []
+    for threads in (1, 3):
+        np.random.seed(0)
+        with DataParallel(Network([50, 30, 10]), threads=threads) as dp:
+            weights.append(_finishes(lambda dp=dp: _updates(dp, np.random.default_rng(1), counts, sleep=0.001)))
+    np.testing.assert_array_equal(weights[0], weights[1])
+
+
+def test_a_dropped_data_parallel_frees_its_threads_and_its_net():
+    import weakref
+    before = len(_crew_threads())
+    np.random.seed(0)
+    net = Network([50, 30, 10])
+    dp = DataParallel(net, threads=3)
+    _updates(dp, np.random.default_rng(0), [3])
+    gone = weakref.ref(dp)
+    del dp
+    gc.collect()
+    assert gone() is None and len(_crew_threads()) == before
+
+
+def test_two_python_threads_sharing_one_data_parallel_take_turns():
+    """Updates from two threads run one after the other (one used to reset the other's turns and hang)."""
+    rng = np.random.default_rng(0)
+    xs, ys = rng.random((4, 64, 50)), rng.random((4, 64, 10))
+    np.random.seed(0)
+    alone = Network([50, 30, 10])
+    with DataParallel(alone, threads=2) as dp:
+        for _ in range(40):
+            dp.update_mini_batches(xs, ys, 0.1)
+    np.random.seed(0)
+    shared = Network([50, 30, 10])
+    with DataParallel(shared, threads=2) as dp:
+        def twenty():
+            for _ in range(20):
+                dp.update_mini_batches(xs, ys, 0.1)
+        other = threading.Thread(target=twenty)
+        other.start()
+        _finishes(twenty)
+        other.join(120)
+        assert not other.is_alive()
+    np.testing.assert_array_equal(alone.params.flat, shared.params.flat)   # the same data: order cannot matter
+
+
+def test_close_from_another_thread_waits_for_the_update():
+    rng = np.random.default_rng(0)
+    xs, ys = rng.random((6, 2000, 50)), rng.random((6, 2000, 10))
+    np.random.seed(0)
+    net = Network([50, 30, 10])
+    before = net.params.flat.copy()
+    dp = DataParallel(net, threads=2)
+    updating = threading.Thread(target=lambda: dp.update_mini_batches(xs, ys, 0.1))
+    updating.start()
+    time.sleep(0.001)
+    _finishes(dp.close)
+    updating.join(120)
+    assert not updating.is_alive() and not np.array_equal(before, net.params.flat)
+    with pytest.raises(RuntimeError, match="closed"):
+        dp.update_mini_batches(xs, ys, 0.1)
+
+
+def test_worker_zero_refused_its_step_stops_the_others(monkeypatch):
+    """The caller's own worker failing before its first minibatch ends the turns (it used to hang)."""
+    import fastckpt.parallel.threads as threads
+    rng = np.random.default_rng(0)
+    xs, ys = rng.random((4, 8, 50)), rng.random((4, 8, 10))
+    np.random.seed(0)
+    net = Network([50, 30, 10])
+    before = net.params.flat.copy()
+    with DataParallel(net, threads=2) as dp:
+        def refuse(nbytes, what, name):
+            raise ValueError(f"{name}: {what} does not fit")
+        monkeypatch.setattr(threads, "check_fits", refuse)
+        with pytest.raises(ValueError, match="threads: training on 2 threads does not fit"):
+            _finishes(lambda: dp.update_mini_batches(xs, ys, 0.1))
+        np.testing.assert_array_equal(before, net.params.flat)
+        monkeypatch.undo()
+        _finishes(lambda: dp.update_mini_batches(xs, ys, 0.1))
+
+
+def test_an_interrupt_as_the_job_starts_lets_every_worker_end_first(monkeypatch):
+    import fastckpt.parallel.crew as crew
+    rng = np.random.default_rng(0)
+    xs, ys = rng.random((4, 8, 50)), rng.random((4, 8, 10))
+    weights = []
+    for interrupt in (False, True):
+        np.random.seed(0)
+        net = Network([50, 30, 10])
+        with DataParallel(net, threads=2) as dp:
+            if interrupt:
+                wake = crew._Shared.wake
+
+                def interrupted(self, room=0, wake=wake):
+                    monkeypatch.setattr(crew._Shared, "wake", wake)
+                    raise KeyboardInterrupt
+                monkeypatch.setattr(crew._Shared, "wake", interrupted)
+                with pytest.raises(KeyboardInterrupt):
+                    _finishes(lambda: dp.update_mini_batches(xs, ys, 0.1))
+            for _ in range(2):
+                _finishes(lambda: dp.update_mini_batches(xs, ys, 0.1))
+        weights.append(net.params.flat.copy())
+    np.testing.assert_array_equal(weights[0], weights[1])

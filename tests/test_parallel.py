@@ -153,3 +153,25 @@ def test_fit_bounds_every_thread_together(rng):
 def test_threads_the_machine_cannot_hold_are_refused_before_any_is_made():
     with pytest.raises(ValueError, match=r"^threads: 1000000 worker threads needs [\d.]+ GiB, more than half"):
         DataParallel(Network([784, 40, 10]), threads=10**6)
+
+
+def test_one_thread_with_one_blas_thread_gives_the_bits_of_two(rng):
+    """NOTE [ Deterministic reduction ]: at batch 100 OpenBLAS rounds the lab net's first GEMM differently on one
+    thread and two, so one worker matches two (whose BLAS runs on one thread each) when its BLAS does too."""
+    from fastckpt.kernels import blas_threads
+
+    from fastckpt.engine import sharing
+    xs, ys = rng.random((4, 100, 784)), rng.random((4, 100, 10))
+    nets = []
+    before = blas_threads()
+    for threads, blas in ((1, 1), (2, before)):
+        sharing.fix_threads(blas)
+        try:
+            np.random.seed(0)
+            nets.append(Network([784, 40, 30, 10]))
+            with DataParallel(nets[-1], threads=threads) as dp:
+                for _ in range(2):
+                    dp.update_mini_batches(xs, ys, 0.5)
+        finally:
+            sharing.fix_threads(before)
+    np.testing.assert_array_equal(nets[0].params.flat, nets[1].params.flat)

@@ -29,7 +29,7 @@ class Machine:
     def __init__(self, monkeypatch, others, ceiling=2, cores=2):
         self.others, self.wall, self.busy, self.mine = list(others), 0.0, 0.0, 0.0
         self.running, self.ceiling, self.set = ceiling, ceiling, []
-        monkeypatch.setattr(sharing, "SHARING", sharing._Sharing())
+        monkeypatch.setattr(sharing, "SHARING", sharing.Sharing())
         sharing.SHARING.cores = cores
         monkeypatch.setattr(sharing.SHARING, "sample", self.sample)
         monkeypatch.setattr(sharing, "blas_threads", lambda: self.ceiling)

@@ -25,7 +25,10 @@ higher.  Only the main thread looks: worker threads (``DataParallel``) run
 BLAS on one thread already, and MPI ranks on their share of the cores.
 
 ``FASTCKPT_BLAS_THREADS=N`` (or :func:`fix_threads`) turns this off and runs BLAS
-on exactly ``N`` threads; ``auto`` (the default) keeps it on.
+on exactly ``N`` threads; ``auto`` (the default) keeps it on.  Fix the count for
+a run that must repeat bit for bit on a busy machine: OpenBLAS rounds some
+GEMMs differently on one thread and on two (``(100 x 784) @ (784 x 40)`` does,
+in the last bit), so under ``auto`` the load can change a weight's last bits.
 """
 import contextlib
 import os
@@ -42,7 +45,9 @@ MARGIN = 0.35                # a core counts as free while the others use at mos
 BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
 
 
-class _Sharing:
+class Sharing:
+    """Looks at the CPU time the rest of the machine used since the last look (:meth:`look`)."""
+
     def __init__(self):
         self.auto = True
         self.last = None              # (wall, machine busy seconds, this process's seconds) at the last look
@@ -64,7 +69,7 @@ class _Sharing:
         return others
 
 
-SHARING = _Sharing()
+SHARING = Sharing()
 LIBRARY_THREADS = blas_threads()          # the library's own count (OPENBLAS_NUM_THREADS, else its cores)
 
 

@@ -13,9 +13,13 @@ So the crew's threads wait on int64 flags in a compiled loop without the GIL
 generation of the job (negative: the crew is closed), ``flags[1 + w]`` the last
 generation worker ``w`` finished.  A wait spins for at most :data:`SPIN_SECONDS`
 (calibrated in turns of the loop once per process), then sleeps on one
-condition variable; whoever raises a flag notifies it when someone sleeps.  So
-a thread burns at most that long of a core after its work, whatever the
-machine runs beside it.
+condition variable; whoever raises a flag notifies it when someone sleeps.
+Spinning pays only while every thread has a core: beside a busy loop a
+spinning worker took the core its caller needed (a step 7x slower).  So the
+crew spins only while the process may run on at least as many CPUs as it has
+workers and the rest of the machine leaves them free, looked up every
+``WINDOW`` seconds as NOTE [ Threads on a shared machine ] does for BLAS; else
+its threads sleep at once, as a pool's would.
 
 Threads hold the crew's shared state, not the crew: a crew that is dropped
 without :meth:`Crew.close` still stops its threads when it is collected.
@@ -27,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from fastckpt.engine.sharing import WINDOW, Sharing, threads_for
 from fastckpt.kernels import add_in_turn, raise_flag, wait_flag
 
 SPIN_SECONDS = 250e-6        # how long a waiting thread spins before it sleeps
@@ -52,69 +57,78 @@ class Stopped(Exception):
     """Another worker failed, so this one's turn never comes."""
 
 
+class _Room:
+    """A condition to sleep on, and how many sleep there."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.sleepers = 0
+
+
 class _Shared:
-    """What the crew's threads share: the flags, one condition to sleep on, the job and the results."""
+    """What the crew's threads share: the flags, the rooms they sleep in, the job and the results.  Worker
+    ``w > 0`` waits for a job in room ``w``, so a job wakes only its own workers; every other wait (turns,
+    the caller's wait for its workers) is in room 0."""
 
     def __init__(self, workers):
         self.flags = np.zeros(1 + workers, dtype=np.int64)
-        self.cond = threading.Condition()
-        self.sleepers = 0
+        self.rooms = [_Room() for _ in range(workers)]
         self.spins = spins()
         self.call = None                      # (generation, work, workers) of the job being run
         self.results = [None] * workers
 
-    def wait(self, i, value):
+    def wait(self, i, value, room=0):
         """Until ``flags[i] >= value`` or the flags are stopped (negative); returns the flag seen."""
         seen = wait_flag(self.flags, i, value, self.spins)
         if 0 <= seen < value:
-            with self.cond:
-                self.sleepers += 1
+            place = self.rooms[room]
+            with place.cond:
+                place.sleepers += 1
                 try:
                     while 0 <= self.flags[i] < value:
-                        self.cond.wait(1.0)
+                        place.cond.wait(1.0)
                 finally:
-                    self.sleepers -= 1
+                    place.sleepers -= 1
             seen = int(self.flags[i])
         return seen
 
-    def wake(self):
-        """Wake the sleepers, if any, after a flag was raised."""
-        if self.sleepers:
-            with self.cond:
-                self.cond.notify_all()
+    def wake(self, room=0):
+        """Wake the sleepers of ``room``, if any, after a flag was raised."""
+        place = self.rooms[room]
+        if place.sleepers:
+            with place.cond:
+                place.cond.notify_all()
 
-    def signal(self, i, value):
+    def signal(self, i, value, room=0):
         raise_flag(self.flags, i, value)
-        self.wake()
+        self.wake(room)
 
 
 def _serve(shared, w):
-    """Worker ``w``'s loop: run each job of a new generation, then say it is done."""
+    """Worker ``w``'s loop: run each job it is part of, then say it is done."""
     done = 0
     while True:
-        seen = shared.wait(1, done + 1)
+        seen = shared.wait(1, done + 1, w)
         if seen < 0:
             return
+        done = seen
         call = shared.call
-        if call is None:                               # that job ended without this worker
-            done = seen
+        if call is None or call[0] != seen or w >= call[2]:     # not part of that job, or it has ended
             continue
-        generation, work, workers = call
-        if w < workers:
-            try:
-                shared.results[w] = (work(w), None)
-            except BaseException as exc:            # handed to the caller, who raises it
-                shared.results[w] = (None, exc)
-        del work
-        done = generation
-        shared.signal(1 + w, generation)
+        try:
+            shared.results[w] = (call[1](w), None)
+        except BaseException as exc:                # handed to the caller, who raises it
+            shared.results[w] = (None, exc)
+        call = None                                 # holds no job (nor what it refers to) while it waits
+        shared.signal(1 + w, seen)
 
 
 def _close(shared, threads):
     raise_flag(shared.flags, 1, -1)
     shared.flags[0] = -1
-    with shared.cond:
-        shared.cond.notify_all()
+    for place in shared.rooms:
+        with place.cond:
+            place.cond.notify_all()
     for thread in threads:
         if thread is not threading.current_thread():
             thread.join()
@@ -125,10 +139,12 @@ class Crew:
 
     def __init__(self, workers):
         self.workers = workers
+        self._running = threading.Lock()              # one job at a time; close() waits for it
+        self._load, self._looked, self._free = Sharing(), 0.0, None
         self._begin()
 
     def _begin(self):
-        self._pid = os.getpid()
+        self._pid, self._owner = os.getpid(), None
         self._shared = _Shared(self.workers)
         self._threads = []
         self._finalizer = weakref.finalize(self, _close, self._shared, self._threads)
@@ -138,8 +154,11 @@ class Crew:
         return not self._finalizer.alive
 
     def close(self):
-        """Stop the threads (each after its current job)."""
-        self._finalizer()
+        """Stop the threads, after the job running in another thread, if any, has ended."""
+        if self._owner == threading.get_ident():
+            raise RuntimeError("a DataParallel cannot be closed from inside its own update")
+        with self._running:
+            self._finalizer()
 
     def _start(self):
         while len(self._threads) < self.workers - 1:
@@ -152,43 +171,69 @@ class Crew:
                                    f"({exc}); use fewer threads") from None
             self._threads.append(thread)
 
+    def _spins(self, workers):
+        """The spin of this job's waits: :func:`spins`, or none when the workers would not each have a core."""
+        now = time.monotonic()
+        if now - self._looked >= WINDOW:
+            self._looked = now
+            others = self._load.look()
+            if others is not None:
+                self._free = threads_for(others, self._load.cores, workers)
+        free = self._load.cores if self._free is None else self._free
+        return spins() if min(free, self._load.cores) >= workers else 0
+
     def turns(self):
-        """The turns of a new sum: ``add(k, grad)`` in order of ``k`` (NOTE [ Deterministic reduction ])."""
+        """The turns of a new sum: ``add(total, k, grad, blocks)`` in order of ``k`` (NOTE [ Deterministic
+        reduction ]).  Made by the caller of :meth:`run` while it holds what keeps updates one at a time."""
         self._shared.flags[0] = 0
         return _Turns(self._shared)
 
     def run(self, work, workers, stop):
         """``work(w)`` for ``w < workers``, this thread as worker 0; their results.  Every worker ends
         before anything is raised; a worker's own error wins over a :class:`Stopped` turn.  ``stop()``
-        ends the turns when this thread is interrupted while it waits."""
-        if self.closed:
-            raise RuntimeError("this DataParallel is closed; make a new one")
-        if self._pid != os.getpid():                   # a forked child: the parent's threads are not here
-            self._finalizer.detach()
-            self._begin()
+        ends the turns when this thread is interrupted while the workers run."""
+        with self._running:
+            if self.closed:
+                raise RuntimeError("this DataParallel is closed; make a new one")
+            if self._pid != os.getpid():               # a forked child: the parent's threads are not here
+                self._finalizer.detach()
+                self._begin()
+            self._owner = threading.get_ident()
+            try:
+                if workers == 1:
+                    return [work(0)]
+                self._start()
+                return self._run(work, workers, stop)
+            finally:
+                self._owner = None
+
+    def _run(self, work, workers, stop):
         shared = self._shared
-        if workers > 1:
-            self._start()
+        shared.spins = self._spins(workers)
         generation = int(shared.flags[1]) + 1
-        shared.call = (generation, work, workers)
         shared.results = [None] * self.workers
-        if workers > 1:
-            shared.signal(1, generation)
+        shared.call = (generation, work, workers)
         try:
-            shared.results[0] = (work(0), None)
-        except BaseException as exc:                   # raised below, once every worker has ended
-            shared.results[0] = (None, exc)
-        try:
+            raise_flag(shared.flags, 1, generation)
+            for w in range(1, workers):
+                shared.wake(w)
+            try:
+                shared.results[0] = (work(0), None)
+            except BaseException as exc:               # raised below, once every worker has ended
+                shared.results[0] = (None, exc)
             for w in range(1, workers):
                 shared.wait(1 + w, generation)
-        except BaseException:                          # interrupted: end the turns, then wait for the workers
+        except BaseException:                          # interrupted: end the turns, let the workers end, raise
             stop()
+            raise_flag(shared.flags, 1, generation)
+            for w in range(1, workers):
+                shared.wake(w)
             for w in range(1, workers):
                 shared.wait(1 + w, generation)
             raise
         finally:
             shared.call = None
-        results = shared.results[:workers]
+        results, shared.results = shared.results[:workers], [None] * self.workers
         errors = sorted((error for _, error in results if error is not None), key=lambda e: isinstance(e, Stopped))
         if errors:
             raise errors[0]

@@ -12,9 +12,13 @@ Minibatch ``k`` goes to worker ``k % threads``, which computes its gradient in
 its own engine and then waits for its turn: the gradient of minibatch ``k``
 is added to the one sum after that of ``k - 1``.  So the sum is
 ``((g_0 + g_1) + g_2) + ...`` whatever the threads' timing and whatever their
-number: one thread, two or eight give the same update, bit for bit (and a
-resumed run may use another number of threads).  With same-size minibatches
-it equals one step on their concatenation, up to the rounding of that order.
+number: two threads or eight give the same update, bit for bit (and a resumed
+run may use another number of threads).  One thread gives the same bits when
+its BLAS runs on one thread too, as every worker's does with more
+(``FASTCKPT_BLAS_THREADS=1``): OpenBLAS rounds some GEMMs differently on one
+thread and on two (``(100 x 784) @ (784 x 40)`` does, in its last bit).  With
+same-size minibatches it equals one step on their concatenation, up to the
+rounding of that order.
 
 NOTE [ Memory of the threads ]
 The parameters, the optimizer's state (``S`` buffers their size: none for SGD)
@@ -147,12 +151,11 @@ class DataParallel:
             raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
         batch = sizes.pop()
         params = self.net.params
-        turns = self._crew.turns()
 
         def work(worker):
             losses = []
-            engine = self._engine(worker, batch)
             try:
+                engine = self._engine(worker, batch)
                 for k in range(worker, len(xs), self.threads):
                     losses.append((k, engine.gradients(params, xs[k], ys[k],
                                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
@@ -166,6 +169,7 @@ class DataParallel:
             raise RuntimeError("this DataParallel is closed; make a new one")
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
+            turns = self._crew.turns()                          # under the lock: one update's sum at a time
             results = self._run(work, min(self.threads, len(xs)), turns.fail)
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = float(np.mean([loss for _, loss in losses]))
