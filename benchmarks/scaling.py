@@ -48,7 +48,7 @@ def threads_rate_apart(sizes, batch, updates, threads, per_update):
     """:func:`threads_rate` in a fresh process."""
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import scaling; "
             "print(scaling.threads_rate(*json.loads(sys.argv[2])))")
-    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__)),
+    out = subprocess.run([sys.executable, "-P", "-c", code, os.path.dirname(os.path.abspath(__file__)),
                           json.dumps([sizes, batch, updates, threads, per_update])],
                          capture_output=True, text=True, check=True, timeout=3600).stdout
     return float(out.split()[-1])

@@ -4,7 +4,7 @@ import operator
 import numpy as np
 
 from fastckpt.data.images import Images
-from fastckpt.kernels import all_finite
+from fastckpt.kernels import all_finite, label_range, one_hot
 
 
 def check_sizes(sizes):
@@ -178,7 +178,9 @@ def as_targets(y, n_out, name):
                         f"array of dtype {arr.dtype}")
     if arr.shape[0] == 0:
         raise ValueError(f"{name} has no samples (shape {arr.shape})")
-    lo, hi = arr.min(), arr.max()
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    lo, hi = label_range(arr)
     if lo < 0 or hi >= n_out:
         raise ValueError(f"{name} holds labels from {lo} to {hi}, but the net has {n_out} outputs "
                          f"(labels 0..{n_out - 1})")
@@ -187,6 +189,4 @@ def as_targets(y, n_out, name):
 
 def one_hot_into(labels, out):
     """Write the one-hot rows of integer ``labels`` into ``out`` (len(labels), n_out)."""
-    out[...] = 0
-    out[np.arange(labels.shape[0]), labels] = 1
-    return out
+    return one_hot(labels, out)
