@@ -36,7 +36,7 @@ from .optimizers import ADAM, MOMENTUM, adam_step, momentum_step
 from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops, run_weights
 from .schedules import multi_points, once_points, region_table_of, revolve_splits
 from .staging import label_range, one_hot, scale_into
-from .sync import add_in_turn, raise_flag, wait_flag
+from .sync import add_in_turn, new_gate, raise_flag, wait_flag
 from .transport import (
     NONFINITE,
     OVERFLOW,
@@ -57,7 +57,7 @@ __all__ = [
     "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",
     "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_input", "dense_backward_sgd",
     "dense_forward", "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode",
-    "int8_encode", "label_range",
+    "int8_encode", "label_range", "new_gate",
     "momentum_step", "multi_points", "once_points", "one_hot", "quadratic_delta", "raise_flag", "region_table_of",
     "revolve_splits", "run_ops",
     "run_weights", "run_blas_threads", "scale_into", "set_blas_threads", "sgd_step", "sum_squares", "table_decode",

@@ -36,6 +36,7 @@ from .activations import LOG_SOFTMAX
 from .dense import dense_backward, dense_backward_input, dense_backward_sgd, dense_forward_layer
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta
 from .optimizers import layer_step
+from .sync import leave_gate, take_gate
 
 OK, BAD_LOSS, BAD_INPUT, BAD_UPDATE = 0, 1, 2, 16
 
@@ -48,8 +49,22 @@ def _matrix(buf, at, rows, cols):
 @kernel
 def run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
             scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks,
-            hyper, state1, state2, layer_grad, stash, stash_at):
-    """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.
+            hyper, state1, state2, layer_grad, stash, stash_at, gate, me):
+    """Ops ``lo..hi-1`` of the table on a batch of ``x.shape[0]`` rows; see the module docstring.  Gated by
+    ``gate`` for thread ``me`` (NOTE [ Turns at the GIL ]: :func:`~kernels.sync.new_gate` outside a crew)."""
+    leave_gate(gate, me)
+    done = _run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch, scale, sgd, eta, l2,
+                    acts, penalty, check_input, counts, trace, acc, acc_mode, blocks, hyper, state1, state2,
+                    layer_grad, stash, stash_at)
+    take_gate(gate, me)
+    return done
+
+
+@kernel
+def _run_ops(ops, lo, hi, x, y, params, grads, layout, sizes, arena, deltas, scratch,
+             scale, sgd, eta, l2, acts, penalty, check_input, counts, trace, acc, acc_mode, blocks,
+             hyper, state1, state2, layer_grad, stash, stash_at):
+    """:func:`run_ops` without the gate.
 
     ``sgd``: the optimizer in backward with learning rate ``eta`` (``grads`` is then
     unused); with ``sgd`` and a non-empty ``hyper`` (:func:`fastckpt.kernels.optimizers.layer_step`)

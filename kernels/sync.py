@@ -12,13 +12,30 @@ The flags are int64 arrays; reads are acquire loads and writes release stores,
 so what a thread wrote before it raised a flag is seen by the thread that sees
 the flag.  A negative flag means "stop": every wait returns at once.
 
+NOTE [ Turns at the GIL ]
+A kernel releases the GIL when it starts and takes it back when it ends.  When
+another thread holds the GIL then, the returning thread sleeps on CPython's
+condition variable until it is dropped, and pays the 10-25 us wake-up above:
+on minibatches of 10, DataParallel's two threads each ran their gradients 30%
+slower than one thread alone, most of it in such waits.  So the threads of a
+crew also share a *gate*, an int64 array ``[holder, spins]``: a thread that
+runs Python in the crew's loop holds it.  A gated kernel leaves the gate when
+it starts (after the GIL is released) and, when it ends, spins up to ``spins``
+turns until the gate is free and takes it, before it asks for the GIL: the
+GIL is then free, as whoever runs Python holds the gate.  The gate is only
+advice: a kernel that does not get it within its turns goes on without it, so
+a holder that blocks (on a lock, or in a sleep) costs the others a bounded
+spin, never a hang, and it changes no number.  ``spins = 0`` (the crew does not
+spin, or a caller outside a crew: :func:`new_gate`) makes it a no-op.
+
 NOTE [ No JIT ] (:mod:`kernels.bits`): without the JIT these are Python
 functions that look once and never spin, as a spinning Python loop would hold
 the GIL that the thread it waits for needs.
 """
+import numpy as np
 from numba import config, types
 
-from ._jit import kernel
+from ._jit import inline, kernel
 from .elementwise import accumulate
 
 _SPIN = not config.DISABLE_JIT              # a constant to the compiler
@@ -32,6 +49,12 @@ if config.DISABLE_JIT:
 
     def pause():
         pass
+
+    def compare_exchange(flags, i, expected, new):
+        seen = flags[i]
+        if seen == expected:
+            flags[i] = new
+        return seen
 else:
     from llvmlite import ir
     from numba.core import cgutils
@@ -66,6 +89,19 @@ else:
         return types.void(flags, types.intp, value), codegen
 
     @intrinsic
+    def compare_exchange(typingctx, flags, i, expected, new):
+        """``flags[i] = new`` if it holds ``expected``, atomically; returns the value it held."""
+        if not (isinstance(flags, types.Array) and flags.dtype == types.int64):
+            return None
+
+        def codegen(context, builder, signature, args):
+            old, new_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (2, 3))
+            pair = builder.cmpxchg(_address(context, builder, signature.args[0], args[0], args[1]), old, new_,
+                                   "acq_rel", "acquire")
+            return builder.extract_value(pair, 0)
+        return types.int64(flags, types.intp, expected, new), codegen
+
+    @intrinsic
     def pause(typingctx):
         """x86's ``pause``: a spinning core yields to its sibling and leaves the loop without a stall."""
         def codegen(context, builder, signature, args):
@@ -76,9 +112,32 @@ else:
         return types.void(), codegen
 
 
-@kernel
-def wait_flag(flags, i, value, spins):
-    """Spin up to ``spins`` turns while ``0 <= flags[i] < value``; returns the flag's last value."""
+def new_gate():
+    """A gate that no thread holds and that never spins (NOTE [ Turns at the GIL ])."""
+    return np.array([-1, 0], dtype=np.int64)
+
+
+@inline
+def leave_gate(gate, me):
+    """At a gated kernel's start: free the gate if thread ``me`` holds it."""
+    if load_acquire(gate, 0) == me:
+        store_release(gate, 0, -1)
+
+
+@inline
+def take_gate(gate, me):
+    """At a gated kernel's end: take the gate for thread ``me``, spinning up to ``gate[1]`` turns while
+    another thread holds it; without it after those turns.  Returns whether it was taken."""
+    for _ in range(gate[1] if _SPIN else 0):
+        holder = load_acquire(gate, 0)
+        if holder == me or (holder < 0 and compare_exchange(gate, 0, -1, me) == -1):
+            return True
+        pause()
+    return False
+
+
+@inline
+def _spin(flags, i, value, spins):
     for _ in range(spins if _SPIN else 0):
         seen = load_acquire(flags, i)
         if seen >= value or seen < 0:
@@ -88,21 +147,37 @@ def wait_flag(flags, i, value, spins):
 
 
 @kernel
+def wait_flag(flags, i, value, spins, gate, me):
+    """Spin up to ``spins`` turns while ``0 <= flags[i] < value``; returns the flag's last value.  Gated
+    (NOTE [ Turns at the GIL ]): the gate is taken only when the flag came, as a thread that gave up
+    goes to sleep."""
+    leave_gate(gate, me)
+    seen = _spin(flags, i, value, spins)
+    if seen >= value or seen < 0:
+        take_gate(gate, me)
+    return seen
+
+
+@kernel
 def raise_flag(flags, i, value):
     """``flags[i] = value``, after everything this thread wrote before."""
     store_release(flags, i, value)
 
 
 @kernel
-def add_in_turn(flags, k, total, g, blocks, spins):
+def add_in_turn(flags, k, total, g, blocks, spins, gate, me):
     """Once ``flags[0] == k`` (waiting up to ``spins`` turns): ``total += g`` over ``blocks`` (``total`` zeroed
     first when ``k == 0``), then ``flags[0] = k + 1``.  Returns ``k + 1`` when added, else the flag seen
-    (a negative flag: stopped)."""
-    seen = wait_flag(flags, 0, k, spins)
+    (a negative flag: stopped).  Gated as :func:`wait_flag` is."""
+    leave_gate(gate, me)
+    seen = _spin(flags, 0, k, spins)
     if seen != k:
+        if seen < 0:
+            take_gate(gate, me)
         return seen
     if k == 0:
         total[:] = 0.0
     accumulate(total, g, blocks)
     store_release(flags, 0, k + 1)
+    take_gate(gate, me)
     return k + 1

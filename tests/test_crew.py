@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from fastckpt.kernels import add_in_turn, raise_flag, wait_flag
+from fastckpt.kernels import add_in_turn, new_gate, raise_flag, wait_flag
 
 from fastckpt import Network
 from fastckpt.parallel import DataParallel
@@ -14,11 +14,11 @@ from fastckpt.parallel.crew import Crew, Stopped
 
 
 def test_wait_flag_returns_what_it_saw():
-    flags = np.array([3, 0, -1], dtype=np.int64)
-    assert wait_flag(flags, 0, 3, 10**9) == 3             # already there: no spinning
-    assert wait_flag(flags, 0, 2, 10**9) == 3
-    assert wait_flag(flags, 1, 1, 1000) == 0              # never raised: gives up after its turns
-    assert wait_flag(flags, 2, 5, 10**9) == -1            # stopped: returns at once
+    flags, gate = np.array([3, 0, -1], dtype=np.int64), new_gate()
+    assert wait_flag(flags, 0, 3, 10**9, gate, 0) == 3             # already there: no spinning
+    assert wait_flag(flags, 0, 2, 10**9, gate, 0) == 3
+    assert wait_flag(flags, 1, 1, 1000, gate, 0) == 0              # never raised: gives up after its turns
+    assert wait_flag(flags, 2, 5, 10**9, gate, 0) == -1            # stopped: returns at once
     raise_flag(flags, 1, 7)
     assert flags[1] == 7
 
@@ -26,7 +26,7 @@ def test_wait_flag_returns_what_it_saw():
 def test_a_flag_raised_by_another_thread_ends_the_spin():
     flags = np.zeros(1, dtype=np.int64)
     seen = []
-    waiter = threading.Thread(target=lambda: seen.append(wait_flag(flags, 0, 1, 10**12)))
+    waiter = threading.Thread(target=lambda: seen.append(wait_flag(flags, 0, 1, 10**12, new_gate(), 0)))
     waiter.start()
     time.sleep(0.01)
     raise_flag(flags, 0, 1)
@@ -40,15 +40,48 @@ def test_add_in_turn_adds_the_blocks_in_turn_only(rng):
     total, grads = rng.random(10), rng.standard_normal((3, 10))
     expected = np.zeros(10)                                  # k = 0 starts the sum from zero, gaps too
     before = total.copy()
-    assert add_in_turn(flags, 1, total, grads[1], blocks, 100) == 0    # not its turn: nothing added
+    gate = new_gate()
+    assert add_in_turn(flags, 1, total, grads[1], blocks, 100, gate, 0) == 0    # not its turn: nothing added
     np.testing.assert_array_equal(total, before)
     for k in range(3):
-        assert add_in_turn(flags, k, total, grads[k], blocks, 1) == k + 1
+        assert add_in_turn(flags, k, total, grads[k], blocks, 1, gate, 0) == k + 1
         for lo, hi in blocks:
             expected[lo:hi] += grads[k, lo:hi]
     np.testing.assert_array_equal(total, expected)
     flags[0] = -1
-    assert add_in_turn(flags, 3, total, grads[0], blocks, 10**9) == -1
+    assert add_in_turn(flags, 3, total, grads[0], blocks, 10**9, gate, 0) == -1
+
+
+def test_a_gated_kernel_leaves_the_gate_as_it_starts_and_takes_it_when_free_as_it_ends():
+    """NOTE [ Turns at the GIL ]: ``gate = [holder, spins]``."""
+    flags = np.array([3], dtype=np.int64)
+    gate = np.array([0, 1000], dtype=np.int64)
+    assert wait_flag(flags, 0, 3, 10, gate, 0) == 3 and gate[0] == 0      # left, then taken back
+    assert wait_flag(flags, 0, 3, 10, gate, 1) == 3 and gate[0] == 0      # held by 0: 1 spins, goes on
+    assert wait_flag(flags, 0, 9, 10, gate, 0) == 3 and gate[0] == -1     # gave up waiting: left, not taken
+    gate[1] = 0
+    assert wait_flag(flags, 0, 3, 10, gate, 0) == 3 and gate[0] == -1     # no spins: never taken
+    total, g, blocks = np.zeros(4), np.ones(4), np.array([[0, 4]], dtype=np.int64)
+    flags[0], gate[:] = 0, (1, 1000)
+    assert add_in_turn(flags, 0, total, g, blocks, 10, gate, 2) == 1 and gate[0] == 1
+    gate[0] = 2
+    assert add_in_turn(flags, 1, total, g, blocks, 10, gate, 2) == 2 and gate[0] == 2
+    np.testing.assert_array_equal(total, 2.0)
+
+
+def test_a_gate_changes_no_number_and_a_holder_that_never_leaves_only_costs_a_spin(rng):
+    net = Network([5, 4, 3])
+    x, y = rng.random((6, 5)), rng.random((6, 3))
+    plain = net.engine(6)
+    plain.gradients(net.params, x, y)
+    gated = net.engine(6)
+    gated.gate, gated.me = np.array([1, 10**5], dtype=np.int64), 0    # thread 1 holds it and never leaves
+    gated.gradients(net.params, x, y)
+    assert gated.gate[0] == 1
+    gated.gate[0] = -1
+    gated.gradients(net.params, x, y)
+    assert gated.gate[0] == 0                                          # free: taken at the end
+    np.testing.assert_array_equal(gated.grad, plain.grad)
 
 
 def _summing_job(crew, grads, total, delays):
@@ -58,8 +91,8 @@ def _summing_job(crew, grads, total, delays):
 
     def work(w):
         for k in range(w, len(grads), crew.workers):
-            time.sleep(delays[k])
-            turns.add(total, k, grads[k], blocks)
+            time.sleep(delays[k])                 # holding the crew's gate: the others spin, then go on
+            turns.add(total, k, grads[k], blocks, w)
         return w
     return work, turns
 
@@ -94,7 +127,7 @@ def test_a_worker_error_wins_and_every_worker_ends_first(rng):
             for k in range(w, 6, 3):
                 if k == 4:
                     raise ValueError("minibatch 4 is bad")
-                turns.add(total, k, grads[k], blocks)
+                turns.add(total, k, grads[k], blocks, w)
         except BaseException:
             turns.fail()
             raise

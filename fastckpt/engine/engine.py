@@ -22,7 +22,7 @@ from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import check_eta, check_finite, check_l2
 from fastckpt.core.layout import layer_views, layout_array, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
-from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, run_ops
+from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, new_gate, run_ops
 
 from .sharing import tick
 from .workspace import Workspace
@@ -59,6 +59,7 @@ class Engine:
         self._no_blocks = np.zeros((0, 2), dtype=np.int64)
         self._no_state = (np.zeros(0), np.zeros(0, dtype=plan.dtype), np.zeros(0, dtype=plan.dtype))
         self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))   # whole backward ops
+        self.gate, self.me = new_gate(), 0       # a crew's gate and this engine's thread in it (kernels.sync)
         self.loss = check_loss(loss)
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
@@ -218,8 +219,9 @@ class Engine:
             status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
                                    ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
                                    self.l2_array, self.acts, penalty, first == 0, counts, trace,
-                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad, *self._no_stash)
-            loss = part if not np.isnan(part) else loss
+                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad, *self._no_stash,
+                                   self.gate, self.me)
+            loss = part if part == part else loss                  # not NaN
             if status == BAD_INPUT:
                 check_finite(xb, names[0])
                 check_finite(yb, names[1])

@@ -28,6 +28,8 @@ all of it: each worker plans ``fit`` of its share, ``P + (bytes - (2 + S) P) /
 threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_bytes`
 adds the parts up.
 """
+import math
+
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
@@ -156,10 +158,11 @@ class DataParallel:
             losses = []
             try:
                 engine = self._engine(worker, batch)
+                engine.gate, engine.me = gate, worker           # NOTE [ Turns at the GIL ]
                 for k in range(worker, len(xs), self.threads):
                     losses.append((k, engine.gradients(params, xs[k], ys[k],
                                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
-                    turns.add(self._sum, k, engine.grad, params.blocks)
+                    turns.add(self._sum, k, engine.grad, params.blocks, worker)
             except BaseException:
                 turns.fail()
                 raise
@@ -170,9 +173,10 @@ class DataParallel:
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
+            gate = self._crew.gate
             results = self._run(work, min(self.threads, len(xs)), turns.fail)
             losses = sorted(loss for part in results for loss in part)
-            self.last_loss = float(np.mean([loss for _, loss in losses]))
+            self.last_loss = math.fsum(loss for _, loss in losses) / len(losses)
             state = self.net.optimizer_state
             if state.optimizer.slots == 0:
                 params.update(self._sum, eta / len(xs))        # the lab's SGD: the mean folded into the step

@@ -37,7 +37,7 @@ import numpy as np
 from fastckpt.core.activations import state_codes
 from fastckpt.core.layout import layout_array, param_blocks, param_layout
 from fastckpt.engine.workspace import Workspace
-from fastckpt.kernels import OK, run_ops, run_weights
+from fastckpt.kernels import OK, new_gate, run_ops, run_weights
 
 
 class Stage:
@@ -94,6 +94,7 @@ class Stage:
         self._stashed = {}                 # micro-batch -> (stash slot, rows) waiting for its weight gradients
         self._w_grads = np.empty(param_layout(plan.sizes, plan.itemsize)[1] if deferred else 0, dtype=plan.dtype)
         self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))
+        self._gate = new_gate()
 
     def forward(self, params, x, k):
         """Micro-batch ``k``'s forward pass from its stage input ``x`` (rows, sizes[0]); returns
@@ -168,7 +169,7 @@ class Stage:
         return run_ops(ws.table, lo, hi, x, y, params, grads, self._layout, self._sizes, ws.activations,
                        ws.deltas, ws.scratch, scale, False, 0.0, l2, self.acts, 0.0, False, self._counts,
                        self._trace, grads if acc is None else acc, mode, self._blocks, *self._no_state,
-                       *(stash or self._no_stash))
+                       *(stash or self._no_stash), self._gate, 0)
 
     def _evict(self):
         """Copy the arena owner's live set to a free slot: another pass is about to overwrite it."""
