@@ -100,3 +100,39 @@ def test_steps_after_the_first_allocate_no_arrays(tmp_path, mnist, cls):
     # numpy serves arrays under 1 KiB from a cache without malloc; every (batch, width) buffer is larger
     assert records > 0                                # the tracker saw the steps
     assert arrays == []
+
+
+def test_the_rss_recorded_before_each_update_is_psutils_and_a_forked_child_reads_its_own():
+    import psutil
+
+    from fastckpt.core.resources import ResidentBytes
+
+    with ResidentBytes() as rss:
+        before = rss()
+        assert abs(before - psutil.Process().memory_info().rss) <= 256 * 1024
+        block = np.ones(10 * 2**20)                                    # 80 MiB, touched
+        grown = rss()
+        assert grown - before >= 75 * 2**20
+        assert abs(grown - psutil.Process().memory_info().rss) <= 256 * 1024
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                                   # the child: the parent's descriptor
+            del block                                                  # is not read for the child's RSS
+            os.write(write, str(rss() - psutil.Process().memory_info().rss).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert abs(int(os.read(read, 64))) <= 256 * 1024
+        del block
+    assert abs(rss() - psutil.Process().memory_info().rss) <= 256 * 1024   # closed: through psutil
+
+
+def test_sgd_records_the_processs_rss_before_each_update():
+    import psutil
+
+    net = Network([20, 8, 4])
+    rng = np.random.default_rng(0)
+    x, y = rng.random((60, 20)), rng.random((60, 4))
+    mem, times = net.SGD((x, y), epochs=2, mini_batch_size=10, eta=0.5, verbose=False)
+    assert len(mem) == len(times) == 12
+    now = psutil.Process().memory_info().rss
+    assert all(0 < m <= now + 2**20 for m in mem) and min(mem) >= now - 64 * 2**20

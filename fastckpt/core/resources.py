@@ -1,4 +1,5 @@
 """What the machine can hold: the memory free to this process, for checks made before anything is allocated."""
+import os
 import resource
 
 import psutil
@@ -36,3 +37,36 @@ def check_fits(nbytes, what, flag):
     if nbytes > free // 2:
         raise ValueError(f"{flag}: {what} needs {nbytes / 2**30:.2f} GiB, more than half the {free / 2**30:.2f} GiB "
                          "this process can still allocate")
+
+
+class ResidentBytes:
+    """This process's resident set size in bytes, psutil's ``memory_info().rss``, read each call.
+
+    On Linux it is read from ``/proc/<pid>/statm`` through a descriptor kept open, which takes about a
+    tenth of psutil's 9 us (training records it before every update, as the lab does); elsewhere, and in a
+    forked child, through psutil.  :meth:`close` (or a ``with`` block) closes the descriptor.
+    """
+
+    def __init__(self):
+        self._pid = os.getpid()
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+        try:
+            self._fd = os.open(f"/proc/{self._pid}/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def __call__(self):
+        if self._fd is not None and os.getpid() == self._pid:
+            return int(os.pread(self._fd, 256, 0).split()[1]) * self._page
+        return psutil.Process().memory_info().rss
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -4,15 +4,14 @@ arguments checked once, mini-batches in order, RSS and time per update, accuracy
 and, for a net's own ``SGD``, a held-out validation set and a new order every epoch.
 """
 import operator
-import os
 import time
 import warnings
 
 import numpy as np
-import psutil
 
 from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
 from fastckpt.core.lr import parse_lr_schedule
+from fastckpt.core.resources import ResidentBytes
 
 from .progress import epoch_progress
 
@@ -75,9 +74,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
         pair(test_data, "test_data")                     # refused before any training, not after an epoch
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
     progress, bar = epoch_progress(progress, epochs, first_epoch)
-    process = psutil.Process(os.getpid())
     memusage, updatetime = [], []
-    with net.params.lock if lock is None else lock:
+    with net.params.lock if lock is None else lock, ResidentBytes() as rss:
         net.accuracies = []
         net.history = {"loss": [], "accuracy": net.accuracies, "val_accuracy": [], "eta": []}
         for j in range(epochs):
@@ -89,7 +87,7 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
             losses = []
             for i, group in enumerate(groups):
                 t0 = time.perf_counter()
-                memusage.append(process.memory_info().rss)
+                memusage.append(rss())
                 try:
                     losses.append(update(group, rate))
                 except FloatingPointError as exc:
