@@ -34,7 +34,7 @@ def threads_rate(sizes, batch, updates, threads, per_update):
     rng = np.random.default_rng(0)
     xs, ys = rng.random((per_update, batch, sizes[0])), rng.random((per_update, batch, sizes[-1]))
     np.random.seed(0)
-    with DataParallel(fastckpt.Network(sizes), threads=threads) as dp:
+    with DataParallel(fastckpt.Network(sizes), threads=threads, adapt=False) as dp:
         dp.update_mini_batches(xs, ys, 1e-3)
         times = []
         for _ in range(updates):

@@ -197,7 +197,7 @@ def test_a_forked_child_gets_threads_of_its_own(rng):
     xs, ys = rng.random((4, 4, 6)), rng.random((4, 4, 3))
     np.random.seed(0)
     net = Network([6, 5, 3])
-    with DataParallel(net, threads=2) as dp:
+    with DataParallel(net, threads=2, adapt=False) as dp:
         dp.update_mini_batches(xs, ys, 0.5)
         expected = net.params.flat.copy()
         read, write = os.pipe()
@@ -254,7 +254,7 @@ def test_jobs_that_need_fewer_workers_then_more_give_the_bits_of_one_thread():
     weights = []
     for threads in (1, 3):
         np.random.seed(0)
-        with DataParallel(Network([50, 30, 10]), threads=threads) as dp:
+        with DataParallel(Network([50, 30, 10]), threads=threads, adapt=False) as dp:
             weights.append(_finishes(lambda dp=dp: _updates(dp, np.random.default_rng(1), counts, sleep=0.001)))
     np.testing.assert_array_equal(weights[0], weights[1])
 
@@ -264,7 +264,7 @@ def test_a_dropped_data_parallel_frees_its_threads_and_its_net():
     before = len(_crew_threads())
     np.random.seed(0)
     net = Network([50, 30, 10])
-    dp = DataParallel(net, threads=3)
+    dp = DataParallel(net, threads=3, adapt=False)
     _updates(dp, np.random.default_rng(0), [3])
     gone = weakref.ref(dp)
     del dp
@@ -278,12 +278,12 @@ def test_two_python_threads_sharing_one_data_parallel_take_turns():
     xs, ys = rng.random((4, 64, 50)), rng.random((4, 64, 10))
     np.random.seed(0)
     alone = Network([50, 30, 10])
-    with DataParallel(alone, threads=2) as dp:
+    with DataParallel(alone, threads=2, adapt=False) as dp:
         for _ in range(40):
             dp.update_mini_batches(xs, ys, 0.1)
     np.random.seed(0)
     shared = Network([50, 30, 10])
-    with DataParallel(shared, threads=2) as dp:
+    with DataParallel(shared, threads=2, adapt=False) as dp:
         def twenty():
             for _ in range(20):
                 dp.update_mini_batches(xs, ys, 0.1)
@@ -301,7 +301,7 @@ def test_close_from_another_thread_waits_for_the_update():
     np.random.seed(0)
     net = Network([50, 30, 10])
     before = net.params.flat.copy()
-    dp = DataParallel(net, threads=2)
+    dp = DataParallel(net, threads=2, adapt=False)
     updating = threading.Thread(target=lambda: dp.update_mini_batches(xs, ys, 0.1))
     updating.start()
     time.sleep(0.001)
@@ -320,7 +320,7 @@ def test_worker_zero_refused_its_step_stops_the_others(monkeypatch):
     np.random.seed(0)
     net = Network([50, 30, 10])
     before = net.params.flat.copy()
-    with DataParallel(net, threads=2) as dp:
+    with DataParallel(net, threads=2, adapt=False) as dp:
         def refuse(nbytes, what, name):
             raise ValueError(f"{name}: {what} does not fit")
         monkeypatch.setattr(threads, "check_fits", refuse)
@@ -339,7 +339,7 @@ def test_an_interrupt_as_the_job_starts_lets_every_worker_end_first(monkeypatch)
     for interrupt in (False, True):
         np.random.seed(0)
         net = Network([50, 30, 10])
-        with DataParallel(net, threads=2) as dp:
+        with DataParallel(net, threads=2, adapt=False) as dp:
             if interrupt:
                 wake = crew._Shared.wake
 

@@ -175,3 +175,45 @@ def test_one_thread_with_one_blas_thread_gives_the_bits_of_two(rng):
         finally:
             sharing.fix_threads(before)
     np.testing.assert_array_equal(nets[0].params.flat, nets[1].params.flat)
+
+
+def test_pace_runs_on_one_thread_while_that_is_faster_and_looks_again():
+    from fastckpt.parallel.pace import FIRST, LOOK, Pace
+
+    pace, cost = Pace(2), {2: 1.0, 1: 1.5}                  # two threads faster at first
+
+    def update(n=8):
+        workers = pace.workers(n)
+        pace.record(workers, cost[min(workers, n)] * n, n)
+        return workers
+
+    assert [update() for _ in range(2 * FIRST)] == [2] * FIRST + [1] * FIRST
+    assert {update() for _ in range(LOOK)} == {2}
+    assert update() == 1                                      # the other count, once every LOOK updates
+    cost[2] = 2.0                                             # the machine changed: two threads slower
+    seen = [update() for _ in range(8 * LOOK)]
+    assert seen[-LOOK:].count(1) >= LOOK - 1                 # settled on one, looking at two now and then
+    assert pace.workers(1) == 1 and update(1) == 1           # fewer minibatches than threads: not timed
+    cost[2] = 1.0
+    seen = [update() for _ in range(8 * LOOK)]
+    assert seen[-LOOK:].count(2) >= LOOK - 1                 # and back
+    assert Pace(1).workers(8) == 1
+
+
+def test_an_adaptive_update_gives_the_bits_of_a_fixed_one_on_either_count(rng):
+    sizes = [30, 20, 10]
+    xs, ys = rng.random((4, 16, 30)), rng.random((4, 16, 10))
+    weights, used = [], []
+    for adapt in (False, True):
+        np.random.seed(0)
+        net = Network(sizes)
+        with DataParallel(net, threads=2, adapt=adapt) as dp:
+            for _ in range(8):
+                dp.update_mini_batches(xs, ys, 0.5)
+                used.append(dp.last_workers)
+        weights.append([w.copy() for w in net.weights + net.biases])
+    assert used[:8] == [2] * 8 and used[8:14] == [2, 2, 2, 1, 1, 1]
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="adapt must be True or False, got 'yes'"):
+        DataParallel(Network(sizes), adapt="yes")

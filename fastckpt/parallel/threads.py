@@ -8,7 +8,7 @@ The workers are a :class:`~fastckpt.parallel.crew.Crew`, started once and
 waiting on flags between updates (NOTE [ Waking workers ]).
 
 NOTE [ Deterministic reduction ]
-Minibatch ``k`` goes to worker ``k % threads``, which computes its gradient in
+Minibatch ``k`` goes to worker ``k % workers``, which computes its gradient in
 its own engine and then waits for its turn: the gradient of minibatch ``k``
 is added to the one sum after that of ``k - 1``.  So the sum is
 ``((g_0 + g_1) + g_2) + ...`` whatever the threads' timing and whatever their
@@ -29,6 +29,7 @@ threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_by
 adds the parts up.
 """
 import math
+import time
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.strategies import Fit
 
 from .crew import Crew
+from .pace import Pace
 
 THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
 
@@ -57,16 +59,25 @@ class DataParallel:
     threads : int, optional
         Worker threads.  With more than one, BLAS runs single-threaded while
         they work, so the threads do not oversubscribe the cores.
+    adapt : bool, optional
+        Run an update on one thread while that was measured faster, as beside
+        a program that holds a core (NOTE [ One thread when it is faster ] in
+        :mod:`fastckpt.parallel.pace`); the numbers are the same either way.
+        ``False``: always on ``threads`` threads.
     """
 
-    def __init__(self, net, threads=2):
+    def __init__(self, net, threads=2, adapt=True):
         if not isinstance(net, Network):
             raise TypeError(f"net must be a fastckpt Network, got {type(net).__name__}")
         self.net = net
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
                    f"{self.threads} worker threads", "threads")
+        if not isinstance(adapt, bool):
+            raise TypeError(f"adapt must be True or False, got {adapt!r}")
         self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
+        self._pace = Pace(self.threads) if adapt else None
+        self.last_workers = None                      # the threads the last update ran on
         self._engines = {}
         self._sum = net.params.new_buffer()
         self.last_loss = None
@@ -159,7 +170,7 @@ class DataParallel:
             try:
                 engine = self._engine(worker, batch)
                 engine.gate, engine.me = gate, worker           # NOTE [ Turns at the GIL ]
-                for k in range(worker, len(xs), self.threads):
+                for k in range(worker, len(xs), workers):
                     losses.append((k, engine.gradients(params, xs[k], ys[k],
                                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
                     turns.add(self._sum, k, engine.grad, params.blocks, worker)
@@ -174,7 +185,12 @@ class DataParallel:
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
             gate = self._crew.gate
-            results = self._run(work, min(self.threads, len(xs)), turns.fail)
+            workers = min(self.threads, len(xs)) if self._pace is None else self._pace.workers(len(xs))
+            start = time.perf_counter()
+            results = self._run(work, workers, turns.fail)
+            if self._pace is not None:
+                self._pace.record(workers, time.perf_counter() - start, len(xs))
+            self.last_workers = workers
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = math.fsum(loss for _, loss in losses) / len(losses)
             state = self.net.optimizer_state
