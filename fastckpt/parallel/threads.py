@@ -169,7 +169,8 @@ class DataParallel:
             losses = []
             try:
                 engine = self._engine(worker, batch)
-                engine.gate, engine.me = gate, worker           # NOTE [ Turns at the GIL ]
+                engine.gate, engine.me = self._crew.gate, worker   # NOTE [ Turns at the GIL ]; a forked
+                                                                # child's crew makes its gate anew in run()
                 for k in range(worker, len(xs), workers):
                     losses.append((k, engine.gradients(params, xs[k], ys[k],
                                                        names=(f"x_batches[{k}]", f"y_batches[{k}]"))))
@@ -184,7 +185,6 @@ class DataParallel:
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
-            gate = self._crew.gate
             workers = min(self.threads, len(xs)) if self._pace is None else self._pace.workers(len(xs))
             start = time.perf_counter()
             results = self._run(work, workers, turns.fail)
