@@ -168,7 +168,8 @@ def raise_flag(flags, i, value):
 def add_in_turn(flags, k, total, g, blocks, spins, gate, me):
     """Once ``flags[0] == k`` (waiting up to ``spins`` turns): ``total += g`` over ``blocks`` (``total`` zeroed
     first when ``k == 0``), then ``flags[0] = k + 1``.  Returns ``k + 1`` when added, else the flag seen
-    (a negative flag: stopped).  Gated as :func:`wait_flag` is."""
+    (a negative flag: stopped).  Gated as :func:`wait_flag` is.  The turn is passed on only if the flag
+    still holds ``k``: a stop (``flags[0] = -1``) written while the add ran is never written over."""
     leave_gate(gate, me)
     seen = _spin(flags, 0, k, spins)
     if seen != k:
@@ -178,6 +179,6 @@ def add_in_turn(flags, k, total, g, blocks, spins, gate, me):
     if k == 0:
         total[:] = 0.0
     accumulate(total, g, blocks)
-    store_release(flags, 0, k + 1)
+    seen = compare_exchange(flags, 0, k, k + 1)
     take_gate(gate, me)
-    return k + 1
+    return k + 1 if seen == k else seen

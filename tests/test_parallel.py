@@ -219,3 +219,14 @@ def test_an_adaptive_update_gives_the_bits_of_a_fixed_one_on_either_count(rng):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(TypeError, match="adapt must be True or False, got 'yes'"):
         DataParallel(Network(sizes), adapt="yes")
+
+
+def test_the_parallel_arguments_are_checked(rng):
+    net = Network([6, 5, 3])
+    with DataParallel(net, threads=2, adapt=np.True_) as dp:
+        assert dp._pace is not None
+        for bad in (0, False, -1):
+            with pytest.raises((ValueError, TypeError), match="parallel_batches"):
+                dp.SGD((rng.random((40, 6)), rng.random((40, 3))), 1, 10, 0.1, parallel_batches=bad, verbose=False)
+        with pytest.raises(ValueError, match=r"x_batches hold minibatches of no samples, shape \(0, 6\)"):
+            dp.update_mini_batches(rng.random((4, 0, 6)), rng.random((4, 0, 3)), 0.1)

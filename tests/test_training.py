@@ -136,3 +136,15 @@ def test_sgd_records_the_processs_rss_before_each_update():
     assert len(mem) == len(times) == 12
     now = psutil.Process().memory_info().rss
     assert all(0 < m <= now + 2**20 for m in mem) and min(mem) >= now - 64 * 2**20
+
+
+def test_a_resident_bytes_reader_is_not_copied():
+    import copy
+    import pickle
+
+    from fastckpt.core.resources import ResidentBytes
+
+    with ResidentBytes() as rss:
+        for clone in (copy.copy, copy.deepcopy, lambda r: pickle.loads(pickle.dumps(r))):
+            with pytest.raises(TypeError, match="cannot be copied"):
+                clone(rss)

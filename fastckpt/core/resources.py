@@ -60,6 +60,9 @@ class ResidentBytes:
             return int(os.pread(self._fd, 256, 0).split()[1]) * self._page
         return psutil.Process().memory_info().rss
 
+    def __reduce__(self):
+        raise TypeError("a ResidentBytes holds an open descriptor of this process and cannot be copied; make one")
+
     def close(self):
         if self._fd is not None:
             os.close(self._fd)

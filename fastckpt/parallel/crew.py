@@ -133,7 +133,17 @@ def _serve(shared, w):
         shared.signal(1 + w, seen)
 
 
-def _close(shared, threads):
+def _runs(thread, within=1.0):
+    """Whether ``thread``, whose start() was interrupted, runs (it says so within a second if it does)."""
+    deadline = time.monotonic() + within
+    while not thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return thread.is_alive()
+
+
+def _close(shared, threads, pid):
+    if os.getpid() != pid:                          # a forked child: these threads and locks are the parent's
+        return
     raise_flag(shared.flags, 1, -1)
     shared.flags[0] = -1
     for place in shared.rooms:
@@ -157,7 +167,7 @@ class Crew:
         self._pid, self._owner = os.getpid(), None
         self._shared = _Shared(self.workers)
         self._threads = []
-        self._finalizer = weakref.finalize(self, _close, self._shared, self._threads)
+        self._finalizer = weakref.finalize(self, _close, self._shared, self._threads, self._pid)
 
     @property
     def gate(self):
@@ -173,6 +183,9 @@ class Crew:
         """Stop the threads, after the job running in another thread, if any, has ended."""
         if self._owner == threading.get_ident():
             raise RuntimeError("a DataParallel cannot be closed from inside its own update")
+        if self._pid != os.getpid():                   # a forked child: no thread of its own yet, and the
+            self._finalizer()                          # parent's job may hold _running here for good
+            return
         with self._running:
             self._finalizer()
 
@@ -180,12 +193,17 @@ class Crew:
         while len(self._threads) < self.workers - 1:
             w = len(self._threads) + 1
             thread = threading.Thread(target=_serve, args=(self._shared, w), name=f"fastckpt-{w}", daemon=True)
+            self._threads.append(thread)               # before start(): an interrupt there may leave it running
             try:
                 thread.start()
             except RuntimeError as exc:                # "can't start new thread"
+                self._threads.pop()
                 raise RuntimeError(f"threads: could not start worker thread {w + 1} of {self.workers} "
                                    f"({exc}); use fewer threads") from None
-            self._threads.append(thread)
+            except BaseException:                      # interrupted: keep it only if it runs
+                if not _runs(thread):
+                    self._threads.pop()
+                raise
 
     def _spins(self, workers):
         """The spin of this job's waits: :func:`spins`, or none when the workers would not each have a core."""

@@ -28,7 +28,10 @@ all of it: each worker plans ``fit`` of its share, ``P + (bytes - (2 + S) P) /
 threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_bytes`
 adds the parts up.
 """
+import contextlib
 import math
+import os
+import threading
 import time
 
 import numpy as np
@@ -73,10 +76,12 @@ class DataParallel:
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
                    f"{self.threads} worker threads", "threads")
-        if not isinstance(adapt, bool):
+        if not isinstance(adapt, (bool, np.bool_)):
             raise TypeError(f"adapt must be True or False, got {adapt!r}")
+        adapt = bool(adapt)
         self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
         self._pace = Pace(self.threads) if adapt else None
+        self._pid, self._updating = os.getpid(), {}   # the threads inside an update (_inside)
         self.last_workers = None                      # the threads the last update ran on
         self._engines = {}
         self._sum = net.params.new_buffer()
@@ -151,18 +156,7 @@ class DataParallel:
         applied only if no parameter would become NaN or inf.
         """
         eta = check_eta(eta)
-        xs, ys = list(x_batches), list(y_batches)
-        if not xs or len(xs) != len(ys):
-            raise ValueError("x_batches and y_batches must be non-empty and of one length, "
-                             f"got {len(xs)} and {len(ys)}")
-        if any(np.ndim(x) < 2 for x in xs) or any(np.ndim(y) < 1 for y in ys):
-            raise ValueError("x_batches and y_batches must hold minibatches of samples, (batch, n) arrays each "
-                             "(or (batch,) integer labels in y_batches), "
-                             f"got shapes {sorted({np.shape(a) for a in xs + ys})}")
-        sizes = {np.shape(x)[0] for x in xs}
-        if len(sizes) != 1:
-            raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
-        batch = sizes.pop()
+        xs, ys, batch = _minibatches(x_batches, y_batches)
         params = self.net.params
 
         def work(worker):
@@ -182,7 +176,7 @@ class DataParallel:
 
         if self._crew.closed:
             raise RuntimeError("this DataParallel is closed; make a new one")
-        with params.lock:                                       # the workers only read the parameters
+        with self._inside(), params.lock:                      # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
             workers = min(self.threads, len(xs)) if self._pace is None else self._pace.workers(len(xs))
@@ -199,6 +193,25 @@ class DataParallel:
             else:
                 self._sum *= 1.0 / len(xs)                     # the mean gradient, then the optimizer's step
                 state.apply(params, self._sum, eta)
+
+    @contextlib.contextmanager
+    def _inside(self):
+        """Marks an update in this thread; in a forked child, refuses when another thread was inside one
+        (its locks stay held for good there, and the parameters may be half-updated)."""
+        me = threading.get_ident()
+        if self._pid != os.getpid():
+            if any(ident != me for ident in self._updating):
+                raise RuntimeError("this process was forked while another thread was inside this DataParallel's "
+                                   "update: its locks stay held in the child and the parameters may be half-"
+                                   "updated; fork between updates (e.g. from on_epoch), or build the net anew")
+            self._pid = os.getpid()
+        self._updating[me] = self._updating.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            self._updating[me] -= 1
+            if not self._updating[me]:
+                del self._updating[me]
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results
@@ -225,7 +238,8 @@ class DataParallel:
         """
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self.net, training_data, epochs, mini_batch_size, eta)
-        per_update = check_positive_int(parallel_batches or self.threads, "parallel_batches")
+        per_update = self.threads if parallel_batches is None else check_positive_int(parallel_batches,
+                                                                                        "parallel_batches")
         starts = batch_starts(len(x_train), mini_batch_size, hint=False)
         groups = [starts[i:i + per_update] for i in range(0, len(starts), per_update)]
 
@@ -234,3 +248,22 @@ class DataParallel:
                                      [y_train[s:s + mini_batch_size] for s in group], rate)
         return run_epochs(self.net, epochs, groups, update, test_data, verbose, progress=progress,
                           on_epoch=on_epoch, first_epoch=first_epoch, eta=eta, lr_schedule=lr_schedule)
+
+
+def _minibatches(x_batches, y_batches):
+    """``(xs, ys, batch)``: the minibatches as lists, checked to be non-empty, paired and of one size."""
+    xs, ys = list(x_batches), list(y_batches)
+    if not xs or len(xs) != len(ys):
+        raise ValueError("x_batches and y_batches must be non-empty and of one length, "
+                         f"got {len(xs)} and {len(ys)}")
+    if any(np.ndim(x) < 2 for x in xs) or any(np.ndim(y) < 1 for y in ys):
+        raise ValueError("x_batches and y_batches must hold minibatches of samples, (batch, n) arrays each "
+                         "(or (batch,) integer labels in y_batches), "
+                         f"got shapes {sorted({np.shape(a) for a in xs + ys})}")
+    sizes = {np.shape(x)[0] for x in xs}
+    if len(sizes) != 1:
+        raise ValueError(f"every minibatch must have the same number of samples, got sizes {sorted(sizes)}")
+    batch = sizes.pop()
+    if batch == 0:
+        raise ValueError(f"x_batches hold minibatches of no samples, shape {np.shape(xs[0])}")
+    return xs, ys, batch
