@@ -32,7 +32,7 @@ from .dense import (
     gemm,
 )
 from .elementwise import accumulate, all_finite, cross_entropy_delta, quadratic_delta, sgd_step, sum_squares
-from .optimizers import ADAM, MOMENTUM, adam_step, momentum_step
+from .optimizers import ADAM, MOMENTUM, adam_step, counted_adam_step, counted_momentum_step, momentum_step
 from .runs import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, run_ops, run_weights
 from .schedules import multi_points, once_points, region_table_of, revolve_splits
 from .staging import label_range, one_hot, scale_into
@@ -55,7 +55,8 @@ __all__ = [
     "accumulate", "adam_step", "add_in_turn", "all_finite", "bfloat16_encode", "bias_activation",
     "bias_log_softmax", "bias_relu",
     "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",
-    "copy_finite", "cross_entropy_delta", "dense_backward", "dense_backward_input", "dense_backward_sgd",
+    "copy_finite", "counted_adam_step", "counted_momentum_step",
+    "cross_entropy_delta", "dense_backward", "dense_backward_input", "dense_backward_sgd",
     "dense_forward", "dense_forward_layer", "dense_forward_log_softmax", "float16_encode", "gemm", "int8_decode",
     "int8_encode", "label_range", "new_gate",
     "momentum_step", "multi_points", "once_points", "one_hot", "quadratic_delta", "raise_flag", "region_table_of",

@@ -137,3 +137,24 @@ def layer_step(hyper, p, g, s1, s2, lo, g_lo, n, eta, write):
         return _momentum_range(p, g, s1, lo, g_lo, n, eta, hyper[1], hyper[2] != 0.0, write)
     return _adam_range(p, g, s1, s2, lo, g_lo, n, eta, hyper[1], hyper[2], hyper[3], hyper[4], hyper[5] != 0.0,
                        hyper[6], hyper[7], write)
+
+
+@kernel
+def counted_momentum_step(p, g, buf, eta, mu, nesterov, blocks, steps):
+    """:func:`momentum_step`, then ``steps[0] += 1`` if it updated: one call, so that an interrupt cannot
+    fall between an update and its count."""
+    ok = momentum_step(p, g, buf, eta, mu, nesterov, blocks)
+    if ok:
+        steps[0] += 1
+    return ok
+
+
+@kernel
+def counted_adam_step(p, g, m, v, eta, beta1, beta2, eps, weight_decay, decoupled, correction1, correction2, blocks,
+                      steps):
+    """:func:`adam_step` (the corrections of step ``steps[0] + 1``), then ``steps[0] += 1`` if it updated, in
+    one call as :func:`counted_momentum_step`."""
+    ok = adam_step(p, g, m, v, eta, beta1, beta2, eps, weight_decay, decoupled, correction1, correction2, blocks)
+    if ok:
+        steps[0] += 1
+    return ok

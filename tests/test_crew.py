@@ -433,3 +433,45 @@ def test_a_child_forked_while_another_thread_updates_is_refused_not_hung(rng):
     dp.close()
     assert os.waitstatus_to_exitcode(status) == 0
     assert "forked while another thread was inside this DataParallel's update" in message
+
+
+def test_a_second_interrupt_while_the_workers_end_leaves_no_worker_in_the_next_sum(rng, monkeypatch):
+    """Ctrl-C twice while the caller waited for worker 1: the second escaped with worker 1 still in the old
+    job, which then added its stale gradient to the next update's sum (wrong bits, or Stopped, silently)."""
+    import fastckpt.engine.engine as engine
+    import fastckpt.parallel.crew as crew
+
+    xs, ys, xs2 = rng.random((2, 10, 200)), rng.random((2, 10, 10)), rng.random((2, 10, 200))
+    nets = []
+    for _ in range(2):
+        np.random.seed(0)
+        nets.append(Network([200, 1000, 1000, 10]))
+    with DataParallel(nets[0], threads=2, adapt=False) as dp:
+        dp.update_mini_batches(xs, ys, 0.1)
+        one = nets[0].params.flat.copy()
+        dp.update_mini_batches(xs2, ys, 0.1)
+    real, left = crew._Shared.wait, [2]
+
+    def wait(self, i, value, room=0, me=0):
+        if threading.current_thread() is threading.main_thread() and i == 2 and left[0]:
+            left[0] -= 1
+            raise KeyboardInterrupt
+        return real(self, i, value, room, me)
+    run_ops = engine.run_ops
+
+    def late(*args):                                   # worker 1 still computes when the caller is interrupted
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.2)
+        return run_ops(*args)
+    with DataParallel(nets[1], threads=2, adapt=False) as dp:
+        dp.update_mini_batches(xs, ys, 0.1)
+        monkeypatch.setattr(crew._Shared, "wait", wait)
+        monkeypatch.setattr(engine, "run_ops", late)
+        with pytest.raises(KeyboardInterrupt):
+            dp.update_mini_batches(xs, ys, 0.1)
+        monkeypatch.setattr(crew._Shared, "wait", real)
+        monkeypatch.setattr(engine, "run_ops", run_ops)
+        assert left == [0]
+        np.testing.assert_array_equal(nets[1].params.flat, one)                   # the interrupted one: not applied
+        dp.update_mini_batches(xs2, ys, 0.1)
+    np.testing.assert_array_equal(nets[1].params.flat, nets[0].params.flat)

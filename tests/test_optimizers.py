@@ -294,3 +294,41 @@ def test_threads_step_the_optimizer_on_the_mean_gradient(rng, name, threads):
     for a, b in zip(net.weights + net.biases + net.optimizer_state.buffers,
                     ref.weights + ref.biases + ref.optimizer_state.buffers):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_an_interrupt_right_after_the_step_kernel_leaves_its_count_with_the_update(rng, monkeypatch, optimizer):
+    """Ctrl-C as the step kernel returned left the parameters updated and the count not (Adam's next steps then
+    used the wrong bias correction): the kernel now counts its own step."""
+    import fastckpt.core.optimizers as optimizers
+    from fastckpt.parallel import DataParallel
+
+    xs, ys = rng.random((2, 8, 12)), rng.random((2, 8, 4))
+    nets = []
+    for _ in range(2):
+        np.random.seed(0)
+        nets.append(Network([12, 9, 4], optimizer=optimizer))
+    with DataParallel(nets[0], threads=2, adapt=False) as dp:
+        for _ in range(3):
+            dp.update_mini_batches(xs, ys, 0.05)
+    name = f"counted_{optimizer}_step"
+    real = getattr(optimizers, name)
+
+    def interrupted(*args):
+        real(*args)
+        raise KeyboardInterrupt
+    with DataParallel(nets[1], threads=2, adapt=False) as dp:
+        monkeypatch.setattr(optimizers, name, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            dp.update_mini_batches(xs, ys, 0.05)
+        monkeypatch.setattr(optimizers, name, real)
+        assert nets[1].optimizer_state.steps == 1
+        for _ in range(2):
+            dp.update_mini_batches(xs, ys, 0.05)
+    np.testing.assert_array_equal(nets[1].params.flat, nets[0].params.flat)
+    state = nets[1].optimizer_state
+    old = dict(state.__dict__, steps=state.steps)              # a pickle made when the count was an int
+    del old["_steps"]
+    again = pickle.loads(pickle.dumps(state))
+    again.__setstate__(old)
+    assert again.steps == 3

@@ -27,7 +27,7 @@ state value NaN or inf changes nothing and raises FloatingPointError.
 """
 import numpy as np
 
-from fastckpt.kernels import ADAM, MOMENTUM, adam_step, momentum_step
+from fastckpt.kernels import ADAM, MOMENTUM, counted_adam_step, counted_momentum_step
 
 from .checks import check_nonnegative, check_positive_int
 from .layout import layer_views
@@ -150,7 +150,21 @@ class OptimizerState:
     def __init__(self, optimizer, params):
         self.optimizer = parse_optimizer(optimizer)
         self.buffers = [params.new_buffer() for _ in range(self.optimizer.slots)]
-        self.steps = 0
+        self._steps = np.zeros(1, dtype=np.int64)      # counted by the step kernel itself (apply)
+
+    @property
+    def steps(self):
+        """The optimizer steps taken."""
+        return int(self._steps[0])
+
+    @steps.setter
+    def steps(self, value):
+        self._steps[0] = value
+
+    def __setstate__(self, state):
+        if "steps" in state:                            # pickled before the count was an array
+            state = dict(state, _steps=np.array([state.pop("steps")], dtype=np.int64))
+        self.__dict__.update(state)
 
     @property
     def nbytes(self):
@@ -170,17 +184,17 @@ class OptimizerState:
         eta = check_nonnegative(eta, "eta")
         with params.lock:
             if isinstance(opt, Momentum):
-                ok = momentum_step(params.flat, grad, self.buffers[0], eta, opt.momentum, opt.nesterov,
-                                   params.blocks)
+                ok = counted_momentum_step(params.flat, grad, self.buffers[0], eta, opt.momentum, opt.nesterov,
+                                           params.blocks, self._steps)
             else:
                 t = self.steps + 1
                 beta1, beta2 = opt.betas
-                ok = adam_step(params.flat, grad, self.buffers[0], self.buffers[1], eta, beta1, beta2, opt.eps,
-                               opt.weight_decay, opt.decoupled, 1.0 - beta1 ** t, 1.0 - beta2 ** t, params.blocks)
+                ok = counted_adam_step(params.flat, grad, self.buffers[0], self.buffers[1], eta, beta1, beta2,
+                                       opt.eps, opt.weight_decay, opt.decoupled, 1.0 - beta1 ** t, 1.0 - beta2 ** t,
+                                       params.blocks, self._steps)
             if not ok:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
                                          "weights and state left unchanged")
-            self.steps += 1
 
     def kernel_args(self):
         """``(hyper, state1, state2)`` of the next step, for the step kernel's optimizer in the backward

@@ -40,7 +40,9 @@ import weakref
 import numpy as np
 
 from fastckpt.engine.sharing import WINDOW, Sharing, threads_for
-from fastckpt.kernels import add_in_turn, new_gate, raise_flag, wait_flag
+from fastckpt.kernels import new_gate, raise_flag, wait_flag
+
+from .turns import Stopped, Turns
 
 SPIN_SECONDS = 250e-6        # how long a waiting thread spins before it sleeps
 _spins = None
@@ -59,10 +61,6 @@ def spins():
             best = min(best, time.perf_counter() - start)
         _spins = max(1, int(SPIN_SECONDS / max(best / turns, 1e-9)))
     return _spins
-
-
-class Stopped(Exception):
-    """Another worker failed, so this one's turn never comes."""
 
 
 class _Room:
@@ -131,6 +129,18 @@ def _serve(shared, w):
             shared.results[w] = (None, exc)
         call = None                                 # holds no job (nor what it refers to) while it waits
         shared.signal(1 + w, seen)
+
+
+def _outwait(shared, workers, generation):
+    """Wait for every worker of a stopped job, through further interrupts: a worker left running would add
+    its gradient to the next job's sum."""
+    w = 1
+    while w < workers:
+        try:
+            shared.wait(1 + w, generation)
+            w += 1
+        except BaseException:                          # a second Ctrl-C: the turns are stopped, they end soon
+            continue
 
 
 def _runs(thread, within=1.0):
@@ -220,7 +230,7 @@ class Crew:
         """The turns of a new sum: ``add(total, k, grad, blocks)`` in order of ``k`` (NOTE [ Deterministic
         reduction ]).  Made by the caller of :meth:`run` while it holds what keeps updates one at a time."""
         self._shared.flags[0] = 0
-        return _Turns(self._shared)
+        return Turns(self._shared)
 
     def run(self, work, workers, stop):
         """``work(w)`` for ``w < workers``, this thread as worker 0; their results.  Every worker ends
@@ -263,8 +273,7 @@ class Crew:
             raise_flag(shared.flags, 1, generation)
             for w in range(1, workers):
                 shared.wake(w)
-            for w in range(1, workers):
-                shared.wait(1 + w, generation)
+            _outwait(shared, workers, generation)
             raise
         finally:
             shared.call = None
@@ -274,25 +283,3 @@ class Crew:
         if errors:
             raise errors[0]
         return [result for result, _ in results]
-
-
-class _Turns:
-    """Adds minibatch ``k``'s gradient to the sum after ``k - 1``'s (NOTE [ Deterministic reduction ])."""
-
-    def __init__(self, shared):
-        self.shared = shared
-
-    def add(self, total, k, grad, blocks, me=0):
-        """Worker ``me`` adds minibatch ``k``'s ``grad`` to ``total`` in its turn."""
-        shared = self.shared
-        while True:
-            seen = add_in_turn(shared.flags, k, total, grad, blocks, shared.spins, shared.gate, me)
-            if seen == k + 1:
-                shared.wake()
-                return
-            if seen < 0 or shared.wait(0, k, 0, me) < 0 or shared.flags[0] > k:
-                raise Stopped(f"minibatch {k}: another worker failed first")
-
-    def fail(self):
-        self.shared.flags[0] = -1
-        self.shared.wake()
