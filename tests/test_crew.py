@@ -401,14 +401,17 @@ def test_an_interrupt_while_a_worker_thread_starts_leaves_one_thread_per_worker(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_child_forked_while_another_thread_updates_is_refused_not_hung(rng):
+@pytest.mark.parametrize("other", [False, True])
+def test_a_child_forked_while_another_thread_updates_is_refused_not_hung(rng, other):
+    """The other thread updates through this DataParallel, or through another one of the same net."""
     xs, ys = rng.random((8, 10, 200)), rng.random((8, 10, 10))
     dp = DataParallel(Network([200, 100, 10]), threads=2, adapt=False)
+    trainer_dp = DataParallel(dp.net, threads=2) if other else dp
     stop = threading.Event()
 
     def train():
         while not stop.is_set():
-            dp.update_mini_batches(xs, ys, 0.1)
+            trainer_dp.update_mini_batches(xs, ys, 0.1)
     trainer = threading.Thread(target=train)
     trainer.start()
     time.sleep(0.2)
@@ -431,8 +434,9 @@ def test_a_child_forked_while_another_thread_updates_is_refused_not_hung(rng):
     stop.set()
     trainer.join()
     dp.close()
+    trainer_dp.close()
     assert os.waitstatus_to_exitcode(status) == 0
-    assert "forked while another thread was inside this DataParallel's update" in message
+    assert "forked while another thread was inside an update of this DataParallel's net" in message
 
 
 def test_a_second_interrupt_while_the_workers_end_leaves_no_worker_in_the_next_sum(rng, monkeypatch):

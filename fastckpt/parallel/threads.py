@@ -33,6 +33,7 @@ import math
 import os
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from fastckpt.planner.strategies import Fit
 from .crew import Crew
 from .pace import Pace
 
+_INSIDE = weakref.WeakKeyDictionary()   # a net's parameters -> [pid, {thread: depth}] of the updates inside
 THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
 
 
@@ -81,7 +83,6 @@ class DataParallel:
         adapt = bool(adapt)
         self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
         self._pace = Pace(self.threads) if adapt else None
-        self._pid, self._updating = os.getpid(), {}   # the threads inside an update (_inside)
         self.last_workers = None                      # the threads the last update ran on
         self._engines = {}
         self._sum = net.params.new_buffer()
@@ -196,22 +197,26 @@ class DataParallel:
 
     @contextlib.contextmanager
     def _inside(self):
-        """Marks an update in this thread; in a forked child, refuses when another thread was inside one
-        (its locks stay held for good there, and the parameters may be half-updated)."""
+        """Marks an update of the net in this thread; in a forked child, refuses when another thread was
+        inside one, of this or another DataParallel of the net (its locks stay held for good there, and the
+        parameters may be half-updated)."""
         me = threading.get_ident()
-        if self._pid != os.getpid():
-            if any(ident != me for ident in self._updating):
-                raise RuntimeError("this process was forked while another thread was inside this DataParallel's "
-                                   "update: its locks stay held in the child and the parameters may be half-"
-                                   "updated; fork between updates (e.g. from on_epoch), or build the net anew")
-            self._pid = os.getpid()
-        self._updating[me] = self._updating.get(me, 0) + 1
+        inside = _INSIDE.setdefault(self.net.params, [os.getpid(), {}])
+        if inside[0] != os.getpid():
+            if any(ident != me for ident in inside[1]):
+                raise RuntimeError("this process was forked while another thread was inside an update of this "
+                                   "DataParallel's net: its locks stay held in the child and the parameters may "
+                                   "be half-updated; fork between updates (e.g. from on_epoch), or build the net "
+                                   "anew")
+            inside[0] = os.getpid()
+        threads = inside[1]
+        threads[me] = threads.get(me, 0) + 1
         try:
             yield
         finally:
-            self._updating[me] -= 1
-            if not self._updating[me]:
-                del self._updating[me]
+            threads[me] -= 1
+            if not threads[me]:
+                del threads[me]
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results
