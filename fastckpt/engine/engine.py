@@ -20,6 +20,7 @@ import numpy as np
 
 from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import check_eta, check_finite, check_l2
+from fastckpt.core.interrupts import whole
 from fastckpt.core.layout import layer_views, layout_array, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, new_gate, run_ops
@@ -125,7 +126,8 @@ class Engine:
                 loss = self._run(params, x, y, names, self.grad, None)
                 params.update(self.grad, eta)
                 return loss
-            return self._run(params, x, y, names, None, eta)
+            with whole():                                    # NOTE [ A whole step ]
+                return self._run(params, x, y, names, None, eta)
 
     def step(self, params, x, y, eta, state, *, names=("x", "y")):
         """One step of ``state``'s optimizer (:class:`~fastckpt.core.optimizers.OptimizerState`) on
@@ -150,14 +152,15 @@ class Engine:
                 loss = self._run(params, x, y, names, self.grad, None)
                 state.apply(params, self.grad, eta)
                 return loss
-            try:
-                loss = self._run(params, x, y, names, None, eta, state=state)
-            except FloatingPointError as exc:
-                if getattr(exc, "layers_updated", False):
-                    state.steps += 1                         # the layers above took this step
-                raise
-            state.steps += 1
-            return loss
+            with whole():                                    # NOTE [ A whole step ]
+                try:
+                    loss = self._run(params, x, y, names, None, eta, state=state)
+                except FloatingPointError as exc:
+                    if getattr(exc, "layers_updated", False):
+                        state.steps += 1                     # the layers above took this step
+                    raise
+                state.steps += 1
+                return loss
 
     def _bad_update(self, layer, state):
         """The error of an update in the backward pass that went NaN or inf at ``layer``; its

@@ -1,0 +1,154 @@
+"""Ctrl-C during a step with the optimizer in the backward pass: the step ends whole, then KeyboardInterrupt
+(NOTE [ A whole step ]); a handler of the user's gets the signal after the step, an ignored one is dropped, and
+a step in another thread is not touched."""
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fastckpt.engine.engine as engine_module
+from fastckpt import NetworkWithCheckpointing
+
+SIZES = [9, 8, 7, 6, 8, 5, 7, 4]
+
+
+def _net(optimizer):
+    np.random.seed(4)
+    return NetworkWithCheckpointing(SIZES, strategy="revolve(2)", optimizer=optimizer, optimizer_in_backward=True)
+
+
+def _data(seed):
+    rng = np.random.default_rng(seed)
+    return rng.random((6, 9)), np.eye(4)[rng.integers(0, 4, 6)]
+
+
+def _state(net):
+    return [np.array(a) for a in list(net.weights) + list(net.biases) + list(net.optimizer_state.buffers)]
+
+
+class Interrupter:
+    """Wraps ``run_ops``: once armed, a real SIGINT is raised as the next call returns; ``calls`` counts them."""
+
+    def __init__(self, real):
+        self.real, self.calls, self.armed = real, 0, False
+
+    def __call__(self, *args):
+        out = self.real(*args)
+        self.calls += 1
+        if self.armed:
+            self.armed = False
+            signal.raise_signal(signal.SIGINT)
+        return out
+
+    def arm(self):
+        self.calls, self.armed = 0, True
+
+
+@pytest.fixture
+def interrupter(monkeypatch):
+    wrapper = Interrupter(engine_module.run_ops)
+    monkeypatch.setattr(engine_module, "run_ops", wrapper)
+    return wrapper
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_ctrl_c_between_runs_ends_the_step_whole_then_raises(interrupter, optimizer):
+    ref, net = _net(optimizer), _net(optimizer)
+    for seed in range(3):                                        # the first step, and the later ones follow too
+        x, y = _data(seed)
+        ref.update_mini_batch(x, y, 0.05)
+        runs = len(ref._engine.workspace.runs)
+        assert runs > 1                                          # else there is no "between"
+        interrupter.arm()
+        with pytest.raises(KeyboardInterrupt):
+            net.update_mini_batch(x, y, 0.05)
+        assert interrupter.calls == runs                         # every run ran, then the interrupt
+        assert net.optimizer_state.steps == ref.optimizer_state.steps == (0 if optimizer == "sgd" else seed + 1)
+        for a, b in zip(_state(net), _state(ref)):
+            np.testing.assert_array_equal(a, b)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_users_handler_gets_the_signal_once_after_the_step(interrupter):
+    net, seen = _net("adam"), []
+
+    def handler(signum, frame):
+        seen.append((signum, interrupter.calls))
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        interrupter.arm()
+        net.update_mini_batch(*_data(0), 0.05)
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert seen == [(signal.SIGINT, len(net._engine.workspace.runs))]
+
+
+def test_an_ignored_sigint_stays_ignored(interrupter):
+    ref, net = _net("adam"), _net("adam")
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        interrupter.arm()
+        net.update_mini_batch(*_data(0), 0.05)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+    ref.update_mini_batch(*_data(0), 0.05)
+    for a, b in zip(_state(net), _state(ref)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_step_in_another_thread_leaves_the_handlers_alone(monkeypatch):
+    ref, net, seen, errors = _net("momentum"), _net("momentum"), [], []
+    real = engine_module.run_ops
+
+    def looking(*args):
+        seen.append(signal.getsignal(signal.SIGINT))
+        return real(*args)
+    monkeypatch.setattr(engine_module, "run_ops", looking)
+
+    def train():
+        try:
+            net.update_mini_batch(*_data(0), 0.05)
+        except BaseException as exc:                             # noqa: BLE001 - shown below
+            errors.append(exc)
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    assert errors == [] and seen and all(h is signal.default_int_handler for h in seen)
+    ref.update_mini_batch(*_data(0), 0.05)
+    for a, b in zip(_state(net), _state(ref)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_sigint_left_to_the_system_ends_the_process_after_the_step(tmp_path):
+    """With SIGINT at SIG_DFL the signal is raised again once the step is whole: the process dies of it then."""
+    script = tmp_path / "dfl.py"
+    script.write_text(f"""
+import signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import test_interrupts as t
+import fastckpt.engine.engine as engine_module
+wrapper = t.Interrupter(engine_module.run_ops)
+engine_module.run_ops = wrapper
+net = t._net("adam")
+net.update_mini_batch(*t._data(0), 0.05)
+runs = len(net._engine.workspace.runs)
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+def counting(*args):
+    out = wrapper(*args)
+    print(wrapper.calls, runs, flush=True)
+    return out
+engine_module.run_ops = counting
+wrapper.arm()
+net.update_mini_batch(*t._data(1), 0.05)
+print("survived", flush=True)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGINT, done.stderr
+    lines = done.stdout.split()
+    assert "survived" not in lines and lines[-2] == lines[-1] != "1"     # died after the step's last run
