@@ -217,7 +217,7 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     per_update = run.parallel_batches
     save = Saver(args.save, args.force, guard, args.resume)
     bar = TrainBar(args, lead, done)
-    averaged = per_update or (args.threads if not args.mpi else None)
+    averaged = per_update or (guard.ranks if args.mpi else args.threads)
     if lead and not args.json and averaged and averaged > 1:
         print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "
               f"times fewer updates at the same --eta {run.eta} (a larger --eta makes up for it)", file=sys.stderr)
@@ -274,11 +274,14 @@ def _report(args, run, state, done, times, accuracies, workers, seconds):
 
 
 def _shown(value):
-    """A result for people: fractions to 3 digits, byte counts with separators, lists as they read."""
+    """A result for people: fractions to 3 digits, byte counts with separators, a partition as given (8,9), a
+    value per epoch from the first epoch to the last (0.366 -> 0.174)."""
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, int):
         return f"{value:,d}"
+    if isinstance(value, list) and value and all(isinstance(v, float) for v in value):
+        return " -> ".join(f"{v:.4g}" for v in value) + (" by epoch" if len(value) > 1 else "")
     if isinstance(value, list):
-        return ",".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)
+        return ",".join(str(v) for v in value)
     return str(value)
