@@ -3,7 +3,6 @@ trained the net gets a clear error, not a hang; forked between steps, or by the 
 the net, bit for bit as the parent would."""
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -39,17 +38,18 @@ def _data(rng):
 
 
 def test_a_child_forked_while_another_thread_trains_the_net_is_refused_not_hung(rng):
+    """The other thread is inside its SGD run (held in on_epoch, so the fork lands there every time)."""
     np.random.seed(0)
     net = Network([30, 200, 200, 5])
     x, y = _data(rng)
-    stop = threading.Event()
+    inside, stop = threading.Event(), threading.Event()
 
-    def train():
-        while not stop.is_set():
-            net.SGD((np.tile(x, (50, 1)), np.tile(y, (50, 1))), 1, 10, 0.1, verbose=False)
-    trainer = threading.Thread(target=train)
+    def hold(epoch, updates):
+        inside.set()
+        stop.wait(60)
+    trainer = threading.Thread(target=lambda: net.SGD((x, y), 2, 10, 0.1, verbose=False, on_epoch=hold))
     trainer.start()
-    time.sleep(0.3)
+    assert inside.wait(60)
     try:
         out = _in_child(lambda: net.update_mini_batch(x, y, 0.1))
     finally:

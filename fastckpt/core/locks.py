@@ -18,17 +18,21 @@ anything, so the child gets a fresh lock then.
 import os
 import threading
 
+_FORKS = [0]                  # forks this process descends from; a child counts one more (cheaper than getpid)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
 
 class ParamsLock:
     """A re-entrant lock for ``with`` blocks; in a forked child, refuses if another thread held it at the fork."""
 
-    __slots__ = ("_lock", "_pid", "_owner", "_depth")
+    __slots__ = ("_lock", "_forks", "_owner", "_depth")
 
     def __init__(self):
-        self._lock, self._pid, self._owner, self._depth = threading.RLock(), os.getpid(), None, 0
+        self._lock, self._forks, self._owner, self._depth = threading.RLock(), _FORKS[0], None, 0
 
     def __enter__(self):
-        if self._pid != os.getpid():
+        if self._forks != _FORKS[0]:
             self._forked()
         self._lock.acquire()
         self._owner = threading.get_ident()
@@ -51,4 +55,4 @@ class ParamsLock:
                                "build or load the net anew in the child")
         if self._owner is None:
             self._lock, self._depth = threading.RLock(), 0   # no thread of the child holds it
-        self._pid = os.getpid()
+        self._forks = _FORKS[0]
