@@ -2,6 +2,7 @@
 trained the net gets a clear error, not a hang; forked between steps, or by the training thread itself, it trains
 the net, bit for bit as the parent would."""
 import os
+import signal
 import threading
 
 import numpy as np
@@ -13,17 +14,27 @@ from fastckpt.core.locks import ParamsLock
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
-def _in_child(work):
-    """``work()`` in a forked child, which ends within 60 s whatever happens; what it returned, as text."""
+def _in_child(work, thread=False):
+    """``work()`` in a forked child (in a new thread of it with ``thread``), which ends within 60 s whatever
+    happens; what it returned, as text."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        threading.Timer(60, lambda: os._exit(3)).start()
-        try:
-            out = str(work())
-        except BaseException as exc:                          # noqa: BLE001 - sent to the parent
-            out = f"{type(exc).__name__}: {exc}"
-        os.write(write, out.encode())
+        signal.alarm(60)                                      # not a Timer: its thread would take a stack
+        out = []
+
+        def run():
+            try:
+                out.append(str(work()))
+            except BaseException as exc:                      # noqa: BLE001 - sent to the parent
+                out.append(f"{type(exc).__name__}: {exc}")
+        if thread:
+            worker = threading.Thread(target=run)
+            worker.start()
+            worker.join()
+        else:
+            run()
+        os.write(write, out[0].encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
@@ -37,8 +48,10 @@ def _data(rng):
     return rng.random((20, 30)), np.eye(5)[rng.integers(0, 5, 20)]
 
 
-def test_a_child_forked_while_another_thread_trains_the_net_is_refused_not_hung(rng):
-    """The other thread is inside its SGD run (held in on_epoch, so the fork lands there every time)."""
+@pytest.mark.parametrize("thread", [False, True])
+def test_a_child_forked_while_another_thread_trains_the_net_is_refused_not_hung(rng, thread):
+    """The other thread is inside its SGD run (held in on_epoch, so the fork lands there every time).  A new
+    thread of the child often gets that thread's ident (the C library reuses its stack): refused too."""
     np.random.seed(0)
     net = Network([30, 200, 200, 5])
     x, y = _data(rng)
@@ -51,7 +64,7 @@ def test_a_child_forked_while_another_thread_trains_the_net_is_refused_not_hung(
     trainer.start()
     assert inside.wait(60)
     try:
-        out = _in_child(lambda: net.update_mini_batch(x, y, 0.1))
+        out = _in_child(lambda: net.update_mini_batch(x, y, 0.1), thread)
     finally:
         stop.set()
         trainer.join()
@@ -97,3 +110,26 @@ def test_the_lock_is_reentrant_and_records_its_holder():
     other.start()
     other.join(10)
     assert inside == [True, True, True] and lock._owner is None   # free for another thread once left
+
+
+def test_a_child_of_a_data_parallel_run_is_refused_in_a_new_thread_too(rng):
+    from fastckpt.parallel import DataParallel
+
+    np.random.seed(0)
+    net = Network([30, 200, 200, 5])
+    x, y = _data(rng)
+    inside, stop = threading.Event(), threading.Event()
+
+    def hold(epoch, updates):
+        inside.set()
+        stop.wait(60)
+    with DataParallel(net, threads=2) as dp:
+        trainer = threading.Thread(target=lambda: dp.SGD((x, y), 2, 5, 0.1, verbose=False, on_epoch=hold))
+        trainer.start()
+        assert inside.wait(60)
+        try:
+            out = _in_child(lambda: dp.update_mini_batches([x[:10], x[10:]], [y[:10], y[10:]], 0.1), thread=True)
+        finally:
+            stop.set()
+            trainer.join()
+    assert out.startswith("RuntimeError: this process was forked while another thread"), out

@@ -11,16 +11,34 @@ child for good, and the parameters may be half-updated.  A plain
 holds it.  Its first use in a new process looks at that record: held by
 another thread of the parent, it raises RuntimeError (now and at every later
 use: the net cannot be trusted in the child); free, or held by the forking
-thread itself (a fork from ``on_epoch``), the child goes on.  A thread
+thread itself (a fork from ``on_epoch``), the child goes on.  "The forking
+thread" is recorded at the fork: a thread the child starts later may get the
+ident of the parent's holder (the C library reuses its stack), and must not
+pass for it.  A thread
 caught between taking the lock and recording it had not started to change
 anything, so the child gets a fresh lock then.
 """
 import os
 import threading
 
-_FORKS = [0]                  # forks this process descends from; a child counts one more (cheaper than getpid)
+_FORKS = [0, None]            # forks this process descends from (cheaper than getpid), and the thread that forked
+
+
+def _after_fork_in_child():
+    _FORKS[0] += 1
+    _FORKS[1] = threading.get_ident()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forking_thread():
+    """The ident of the thread that forked this process (its only thread then), or None if it was not forked.
+
+    A thread that the child starts later may get the ident of one of the parent's threads (the C library
+    reuses the stack), so "held by this thread" in a child means held by this one."""
+    return _FORKS[1]
 
 
 class ParamsLock:
@@ -47,8 +65,7 @@ class ParamsLock:
         return False
 
     def _forked(self):
-        me = threading.get_ident()
-        if self._owner is not None and self._owner != me:
+        if self._owner is not None and self._owner != forking_thread():
             raise RuntimeError("this process was forked while another thread held this net's parameters (inside "
                                "a step, a training run, a save or a prediction): that lock stays held in the child "
                                "and the parameters may be half-updated; fork between steps (e.g. from on_epoch), or "

@@ -38,6 +38,7 @@ import weakref
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.core.locks import forking_thread
 from fastckpt.core.resources import check_fits, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
@@ -203,7 +204,7 @@ class DataParallel:
         me = threading.get_ident()
         inside = _INSIDE.setdefault(self.net.params, [os.getpid(), {}])
         if inside[0] != os.getpid():
-            if any(ident != me for ident in inside[1]):
+            if any(ident != forking_thread() for ident in inside[1]):   # not me: a new thread may reuse an ident
                 raise RuntimeError("this process was forked while another thread was inside an update of this "
                                    "DataParallel's net: its locks stay held in the child and the parameters may "
                                    "be half-updated; fork between updates (e.g. from on_epoch), or build the net "
