@@ -1,6 +1,8 @@
 """os.fork() and a net's parameters' lock (NOTE [ A fork inside a step ]): a child forked while another thread
 trained the net gets a clear error, not a hang; forked between steps, or by the training thread itself, it trains
 the net, bit for bit as the parent would."""
+import copy
+import hashlib
 import os
 import signal
 import threading
@@ -9,7 +11,6 @@ import numpy as np
 import pytest
 
 from fastckpt import Network
-from fastckpt.core.locks import ParamsLock
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -95,21 +96,39 @@ def test_a_child_forked_by_the_training_thread_itself_goes_on(rng):
     assert seen == ["trained"]
 
 
-def test_the_lock_is_reentrant_and_records_its_holder():
-    lock, inside = ParamsLock(), []
-    with lock:
-        with lock:
-            inside.append(lock._owner == threading.get_ident())
-        inside.append(lock._owner == threading.get_ident())
-    assert inside == [True, True] and lock._owner is None and lock._depth == 0
+def test_only_the_held_net_is_refused_and_at_every_use(rng):
+    """A copy made before the fork has a lock of its own: it trains in the child, the held one never does."""
+    np.random.seed(0)
+    net = Network([30, 20, 5])
+    spare = copy.deepcopy(net)
+    x, y = _data(rng)
+    inside, stop = threading.Event(), threading.Event()
 
-    def take():
-        with lock:
-            inside.append(lock._owner == threading.get_ident())
-    other = threading.Thread(target=take)
-    other.start()
-    other.join(10)
-    assert inside == [True, True, True] and lock._owner is None   # free for another thread once left
+    def hold(epoch, updates):
+        inside.set()
+        stop.wait(60)
+    trainer = threading.Thread(target=lambda: net.SGD((x, y), 1, 5, 0.1, verbose=False, on_epoch=hold))
+    trainer.start()
+    assert inside.wait(60)
+
+    def work():
+        seen = []
+        for use in (lambda: net.update_mini_batch(x, y, 0.1), lambda: net.feedforward(x), lambda: net.backprop(x, y)):
+            try:
+                use()
+                seen.append("ran")
+            except RuntimeError:
+                seen.append("refused")
+        spare.update_mini_batch(x, y, 0.1)
+        return seen + [hashlib.sha256(spare.params.flat.tobytes()).hexdigest()]
+    try:
+        out = _in_child(work)
+    finally:
+        stop.set()
+        trainer.join()
+    spare.update_mini_batch(x, y, 0.1)
+    assert out.split(", ")[:3] == ["['refused'", "'refused'", "'refused'"], out
+    assert hashlib.sha256(spare.params.flat.tobytes()).hexdigest() in out
 
 
 def test_a_child_of_a_data_parallel_run_is_refused_in_a_new_thread_too(rng):

@@ -1,17 +1,20 @@
 """Ctrl-C during a step with the optimizer in the backward pass: the step ends whole, then KeyboardInterrupt
 (NOTE [ A whole step ]); a handler of the user's gets the signal after the step, an ignored one is dropped, and
 a step in another thread is not touched."""
+import os
+import random
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fastckpt.engine.engine as engine_module
-from fastckpt import NetworkWithCheckpointing
+from fastckpt import Network, NetworkWithCheckpointing
 
 SIZES = [9, 8, 7, 6, 8, 5, 7, 4]
 
@@ -152,3 +155,57 @@ print("survived", flush=True)
     assert done.returncode == -signal.SIGINT, done.stderr
     lines = done.stdout.split()
     assert "survived" not in lines and lines[-2] == lines[-1] != "1"     # died after the step's last run
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"optimizer": "adam", "optimizer_in_backward": True}])
+def test_a_flood_of_ctrl_c_never_leaves_a_lock_taken(kwargs):
+    """SIGINTs at random moments of many small steps: after each KeyboardInterrupt the engine and the
+    parameters are free (a lock taken, then wrapped in Python, stayed taken when the interrupt fell between
+    the two: every later step was refused as "already running").  The handler raises only while a step is
+    armed, so the checks themselves are not interrupted."""
+    np.random.seed(0)
+    net = Network([6, 5, 4, 3], **kwargs)
+    x, y = np.random.rand(4, 6), np.eye(3)[[0, 1, 2, 0]]
+    net.update_mini_batch(x, y, 0.01)
+    armed, stop, leaks, interrupts = [False], threading.Event(), [], [0]
+
+    def handler(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    def send():
+        while not stop.is_set():
+            time.sleep(random.random() * 0.0004)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def free(lock, out):
+        out.append(lock.acquire(timeout=1))
+        if out[-1]:
+            lock.release()
+    old = signal.signal(signal.SIGINT, handler)
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        sender.start()
+        end = time.monotonic() + 4
+        while time.monotonic() < end and not leaks:
+            try:
+                armed[0] = True
+                net.update_mini_batch(x, y, 0.01)
+                armed[0] = False
+            except KeyboardInterrupt:
+                armed[0] = False
+                interrupts[0] += 1
+            if net._engine._busy.locked():
+                leaks.append("the engine's lock")
+            out = []
+            checker = threading.Thread(target=free, args=(net.params.lock, out))
+            checker.start()
+            checker.join()
+            if out != [True]:
+                leaks.append("the parameters' lock")
+    finally:
+        stop.set()
+        sender.join()
+        signal.signal(signal.SIGINT, old)
+    assert leaks == [] and interrupts[0] > 50

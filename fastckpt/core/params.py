@@ -28,7 +28,7 @@ from fastckpt.kernels import all_finite, sgd_step
 
 from .checks import check_dtype, check_eta, check_sizes, nonfinite_error, refuse_masked
 from .layout import layer_views, param_blocks, param_layout
-from .locks import ParamsLock
+from .locks import params_lock
 
 
 class Parameters:
@@ -48,8 +48,8 @@ class Parameters:
     blocks : numpy.ndarray
         (2 L, 2) int64 ``[start, end)`` element ranges of every weight and
         bias in :attr:`flat`; the gaps between them are alignment padding.
-    lock : ParamsLock
-        Held while a step reads or writes the parameters (re-entrant; a ``with`` block).
+    lock : threading.RLock
+        Held while a step reads or writes the parameters.
     """
 
     def __init__(self, sizes, dtype=np.float64):
@@ -62,7 +62,7 @@ class Parameters:
         self._w, self._b = layer_views(self._flat, self.sizes)          # (n_out, n_in) and (n_out,) per layer
         self._views = {"weights": self._w, "biases": [b.reshape(-1, 1) for b in self._b]}
         self.blocks = param_blocks(self.sizes, self.dtype.itemsize)
-        self.lock = ParamsLock()                # NOTE [ A fork inside a step ]
+        self.lock = params_lock(self)           # NOTE [ A fork inside a step ]
         self._pending = {}                     # (kind, layer) -> checked copy, written at the next access
         self.weights = LayerList(self, "weights")
         self.biases = LayerList(self, "biases")

@@ -189,10 +189,14 @@ class Engine:
                              f"is for {list(plan.sizes)} in {plan.dtype.name}")
 
     def _running(self):
-        if not self._busy.acquire(blocking=False):
+        """The engine's lock, for a ``with`` block around one step.  Refused at once when another caller holds
+        it; a ``with`` block takes and leaves a C lock in C, so a Ctrl-C cannot leave it taken (a lock taken
+        here, then wrapped, stayed taken when the interrupt fell between the two, and every later step was
+        refused).  Two threads that both find it free take turns."""
+        if self._busy.locked():
             raise RuntimeError("this Engine is already running a step in another thread; "
                                "give each thread its own Engine")
-        return _Release(self._busy)
+        return self._busy
 
     def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0, state=None, cuts=(),
              after=None):
@@ -240,16 +244,3 @@ class Engine:
             names_of = ("fwd", "loss", "bwd")
             self.trace.extend((names_of[k], int(layer)) for k, layer in trace if k >= 0)
         return loss
-
-
-class _Release:
-    """Releases a lock acquired before the ``with`` block, when the block ends."""
-
-    def __init__(self, lock):
-        self.lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.lock.release()

@@ -9,7 +9,7 @@ as parameters, gradients and the optimizer's state all are.
 import numpy as np
 
 from fastckpt.core.checks import check_eta
-from fastckpt.core.locks import ParamsLock
+from fastckpt.core.locks import params_lock
 from fastckpt.kernels import sgd_step
 
 
@@ -55,7 +55,7 @@ class Shard:
         total = shard_nbytes(slices, self.dtype) // self.dtype.itemsize
         self.flat = np.zeros(total, dtype=self.dtype)
         self.blocks = np.array([[0, total]], dtype=np.int64)
-        self.lock = ParamsLock()                # NOTE [ A fork inside a step ]
+        self.lock = params_lock(self)           # NOTE [ A fork inside a step ]
 
     def views(self, buf):
         """``(weights, biases)``: per layer the (local n_out, local n_in) and (local n_out,) views of ``buf``."""
