@@ -6,6 +6,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -113,7 +114,8 @@ def test_only_the_held_net_is_refused_and_at_every_use(rng):
 
     def work():
         seen = []
-        for use in (lambda: net.update_mini_batch(x, y, 0.1), lambda: net.feedforward(x), lambda: net.backprop(x, y)):
+        for use in (lambda: net.update_mini_batch(x, y, 0.1), lambda: net.feedforward(x), lambda: net.backprop(x, y),
+                    lambda: net.weights[0], lambda: net.params.flat):
             try:
                 use()
                 seen.append("ran")
@@ -127,7 +129,7 @@ def test_only_the_held_net_is_refused_and_at_every_use(rng):
         stop.set()
         trainer.join()
     spare.update_mini_batch(x, y, 0.1)
-    assert out.split(", ")[:3] == ["['refused'", "'refused'", "'refused'"], out
+    assert out.split(", ")[:5] == ["['refused'"] + ["'refused'"] * 4, out
     assert hashlib.sha256(spare.params.flat.tobytes()).hexdigest() in out
 
 
@@ -152,3 +154,24 @@ def test_a_child_of_a_data_parallel_run_is_refused_in_a_new_thread_too(rng):
             stop.set()
             trainer.join()
     assert out.startswith("RuntimeError: this process was forked while another thread"), out
+
+
+def test_a_fork_waits_for_a_compilation_in_another_thread(rng):
+    """Numba's compiler lock held by another thread at the fork would stay held in the child, and the child's
+    first compilation or kernel-cache load (of a net built anew, as the error advises) would wait forever."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    taken, released = threading.Event(), []
+
+    def compile_for_a_while():
+        with global_compiler_lock:
+            taken.set()
+            time.sleep(0.3)
+            released.append(time.monotonic())
+    other = threading.Thread(target=compile_for_a_while)
+    other.start()
+    assert taken.wait(60)
+    out = _in_child(lambda: (global_compiler_lock._lock.acquire(timeout=5), time.monotonic()))
+    other.join()
+    got, at = out.strip("()").split(", ")
+    assert got == "True" and float(at) >= released[0]          # the child began once the lock was free

@@ -16,25 +16,28 @@ held is replaced by :class:`Refused`, whose every use raises RuntimeError
 forking thread itself (a fork from ``on_epoch``), stays, and the child goes
 on.  The try is made by the forking thread, the child's only thread then: a
 thread the child starts later may get the ident of the parent's holder (the C
-library reuses its stack), so asking it would pass it for the holder.
+library reuses its stack), so asking it would pass it for the holder.  Reads
+of a refused net's parameters (``weights[i]``, ``params.flat``) are refused
+too.
+
+A fork also waits for a Numba compilation (or a load from the kernel cache)
+in another thread to end: Numba's compiler lock would otherwise stay held in
+the child, and the child's first kernel call, of a net built anew there too,
+would wait for it forever.
 """
 import os
 import threading
 import weakref
 
+from numba.core.compiler_lock import global_compiler_lock
+
 _HOLDERS = weakref.WeakSet()      # objects whose ``lock`` came from params_lock
-_FORKER = [None]                  # the thread that forked this process
 
 
 def params_lock(holder):
     """A new re-entrant lock for ``holder.lock``, tried in a forked child (NOTE [ A fork inside a step ])."""
     _HOLDERS.add(holder)
     return threading.RLock()
-
-
-def forking_thread():
-    """The ident of the thread that forked this process (its only thread then), or None if it was not forked."""
-    return _FORKER[0]
 
 
 class Refused:
@@ -52,8 +55,16 @@ class Refused:
     acquire = __enter__
 
 
+def _before_fork():
+    global_compiler_lock.acquire()                     # waits for a compilation in another thread to end
+
+
+def _after_fork_in_parent():
+    global_compiler_lock.release()
+
+
 def _after_fork_in_child():
-    _FORKER[0] = threading.get_ident()
+    global_compiler_lock.release()
     for holder in list(_HOLDERS):
         lock = holder.lock
         if isinstance(lock, Refused):
@@ -65,4 +76,5 @@ def _after_fork_in_child():
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)

@@ -28,7 +28,7 @@ from fastckpt.kernels import all_finite, sgd_step
 
 from .checks import check_dtype, check_eta, check_sizes, nonfinite_error, refuse_masked
 from .layout import layer_views, param_blocks, param_layout
-from .locks import params_lock
+from .locks import Refused, params_lock
 
 
 class Parameters:
@@ -75,19 +75,19 @@ class Parameters:
     @property
     def flat(self):
         """The flat buffer itself (not a copy), with every pending assignment written."""
-        if self._pending:
+        if self._pending or type(self.lock) is Refused:      # the lock refuses: NOTE [ A fork inside a step ]
             self._flush()
         return self._flat
 
     def layers(self):
         """Per-layer weights (n_out, n_in) and biases (n_out,), views for the kernels."""
-        if self._pending:
+        if self._pending or type(self.lock) is Refused:
             self._flush()
         return self._w, self._b
 
     def view(self, kind, layer):
         """``weights[layer]`` or ``biases[layer]`` in the lab's shape."""
-        if self._pending:
+        if self._pending or type(self.lock) is Refused:
             self._flush()
         return self._views[kind][layer]
 

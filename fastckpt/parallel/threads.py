@@ -28,17 +28,12 @@ all of it: each worker plans ``fit`` of its share, ``P + (bytes - (2 + S) P) /
 threads`` with ``P`` the parameters' bytes, and :meth:`DataParallel.predicted_bytes`
 adds the parts up.
 """
-import contextlib
 import math
-import os
-import threading
 import time
-import weakref
 
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
-from fastckpt.core.locks import forking_thread
 from fastckpt.core.resources import check_fits, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
@@ -51,7 +46,6 @@ from fastckpt.planner.strategies import Fit
 from .crew import Crew
 from .pace import Pace
 
-_INSIDE = weakref.WeakKeyDictionary()   # a net's parameters -> [pid, {thread: depth}] of the updates inside
 THREAD_BYTES = 256 * 1024           # what a worker thread costs besides its step (Python and stack pages), at least
 
 
@@ -178,7 +172,7 @@ class DataParallel:
 
         if self._crew.closed:
             raise RuntimeError("this DataParallel is closed; make a new one")
-        with self._inside(), params.lock:                      # the workers only read the parameters
+        with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
             workers = min(self.threads, len(xs)) if self._pace is None else self._pace.workers(len(xs))
@@ -195,29 +189,6 @@ class DataParallel:
             else:
                 self._sum *= 1.0 / len(xs)                     # the mean gradient, then the optimizer's step
                 state.apply(params, self._sum, eta)
-
-    @contextlib.contextmanager
-    def _inside(self):
-        """Marks an update of the net in this thread; in a forked child, refuses when another thread was
-        inside one, of this or another DataParallel of the net (its locks stay held for good there, and the
-        parameters may be half-updated)."""
-        me = threading.get_ident()
-        inside = _INSIDE.setdefault(self.net.params, [os.getpid(), {}])
-        if inside[0] != os.getpid():
-            if any(ident != forking_thread() for ident in inside[1]):   # not me: a new thread may reuse an ident
-                raise RuntimeError("this process was forked while another thread was inside an update of this "
-                                   "DataParallel's net: its locks stay held in the child and the parameters may "
-                                   "be half-updated; fork between updates (e.g. from on_epoch), or build the net "
-                                   "anew")
-            inside[0] = os.getpid()
-        threads = inside[1]
-        threads[me] = threads.get(me, 0) + 1
-        try:
-            yield
-        finally:
-            threads[me] -= 1
-            if not threads[me]:
-                del threads[me]
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results
