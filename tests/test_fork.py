@@ -46,6 +46,24 @@ def _in_child(work, thread=False):
     return out
 
 
+def _forked_inside(run, work, thread=False):
+    """``work()`` in a child forked while another thread is inside ``run(on_epoch=...)``, held in its first
+    on_epoch (so the fork lands there every time); what it returned, as text (:func:`_in_child`)."""
+    inside, stop = threading.Event(), threading.Event()
+
+    def hold(epoch, updates):
+        inside.set()
+        stop.wait(60)
+    trainer = threading.Thread(target=lambda: run(on_epoch=hold))
+    trainer.start()
+    assert inside.wait(60)
+    try:
+        return _in_child(work, thread)
+    finally:
+        stop.set()
+        trainer.join()
+
+
 def _data(rng):
     return rng.random((20, 30)), np.eye(5)[rng.integers(0, 5, 20)]
 
@@ -57,19 +75,8 @@ def test_a_child_forked_while_another_thread_trains_the_net_is_refused_not_hung(
     np.random.seed(0)
     net = Network([30, 200, 200, 5])
     x, y = _data(rng)
-    inside, stop = threading.Event(), threading.Event()
-
-    def hold(epoch, updates):
-        inside.set()
-        stop.wait(60)
-    trainer = threading.Thread(target=lambda: net.SGD((x, y), 2, 10, 0.1, verbose=False, on_epoch=hold))
-    trainer.start()
-    assert inside.wait(60)
-    try:
-        out = _in_child(lambda: net.update_mini_batch(x, y, 0.1), thread)
-    finally:
-        stop.set()
-        trainer.join()
+    out = _forked_inside(lambda **kw: net.SGD((x, y), 2, 10, 0.1, verbose=False, **kw),
+                         lambda: net.update_mini_batch(x, y, 0.1), thread)
     assert out.startswith("RuntimeError: this process was forked while another thread held this net's parameters")
 
 
@@ -103,14 +110,6 @@ def test_only_the_held_net_is_refused_and_at_every_use(rng):
     net = Network([30, 20, 5])
     spare = copy.deepcopy(net)
     x, y = _data(rng)
-    inside, stop = threading.Event(), threading.Event()
-
-    def hold(epoch, updates):
-        inside.set()
-        stop.wait(60)
-    trainer = threading.Thread(target=lambda: net.SGD((x, y), 1, 5, 0.1, verbose=False, on_epoch=hold))
-    trainer.start()
-    assert inside.wait(60)
 
     def work():
         seen = []
@@ -123,11 +122,7 @@ def test_only_the_held_net_is_refused_and_at_every_use(rng):
                 seen.append("refused")
         spare.update_mini_batch(x, y, 0.1)
         return seen + [hashlib.sha256(spare.params.flat.tobytes()).hexdigest()]
-    try:
-        out = _in_child(work)
-    finally:
-        stop.set()
-        trainer.join()
+    out = _forked_inside(lambda **kw: net.SGD((x, y), 1, 5, 0.1, verbose=False, **kw), work)
     spare.update_mini_batch(x, y, 0.1)
     assert out.split(", ")[:5] == ["['refused'"] + ["'refused'"] * 4, out
     assert hashlib.sha256(spare.params.flat.tobytes()).hexdigest() in out
@@ -139,20 +134,9 @@ def test_a_child_of_a_data_parallel_run_is_refused_in_a_new_thread_too(rng):
     np.random.seed(0)
     net = Network([30, 200, 200, 5])
     x, y = _data(rng)
-    inside, stop = threading.Event(), threading.Event()
-
-    def hold(epoch, updates):
-        inside.set()
-        stop.wait(60)
     with DataParallel(net, threads=2) as dp:
-        trainer = threading.Thread(target=lambda: dp.SGD((x, y), 2, 5, 0.1, verbose=False, on_epoch=hold))
-        trainer.start()
-        assert inside.wait(60)
-        try:
-            out = _in_child(lambda: dp.update_mini_batches([x[:10], x[10:]], [y[:10], y[10:]], 0.1), thread=True)
-        finally:
-            stop.set()
-            trainer.join()
+        out = _forked_inside(lambda **kw: dp.SGD((x, y), 2, 5, 0.1, verbose=False, **kw),
+                             lambda: dp.update_mini_batches([x[:10], x[10:]], [y[:10], y[10:]], 0.1), thread=True)
     assert out.startswith("RuntimeError: this process was forked while another thread"), out
 
 
