@@ -217,7 +217,8 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     per_update = run.parallel_batches
     save = Saver(args.save, args.force, guard, args.resume)
     bar = TrainBar(args, lead, done)
-    averaged = per_update or (guard.ranks if args.mpi else args.threads)
+    # not under --mpi: the note would come before the ranks agree on their settings, whose refusal is one line
+    averaged = per_update or (args.threads if not args.mpi else None)
     if lead and not args.json and averaged and averaged > 1:
         print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "
               f"times fewer updates at the same --eta {run.eta} (a larger --eta makes up for it)", file=sys.stderr)
