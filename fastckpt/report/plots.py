@@ -129,14 +129,16 @@ def drawn_styles(ax):
 
 
 def save(fig, ax, path, xlabel, ylabel, title, *, legend=None):
-    """Label, grid and legend the axes, write the PNG (styles in its text) to ``path``, close the figure."""
+    """Label, grid and legend the axes, write the PNG (styles in its text) to ``path``, close the figure.
+    ``legend`` takes Axes.legend's options (a legend placed outside the axes is kept in the picture)."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(**(legend or {}))
     fig.tight_layout()
-    fig.savefig(path, metadata={"fastckpt-styles": json.dumps(drawn_styles(ax))})
+    fig.savefig(path, metadata={"fastckpt-styles": json.dumps(drawn_styles(ax))},
+                bbox_inches="tight")                     # a legend below the axes (long labels) is kept whole
     _pyplot().close(fig)
     return path
 

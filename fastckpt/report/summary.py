@@ -64,6 +64,7 @@ def write_report(out, results, setup):
     title = f"{setup['sizes']}, batch {setup['batch_size']}, {setup['dtype']}"
     paths = {}
     fig, ax = figure()
+    fig.set_figheight(5.5)                                # room for the legend below the axes
     curves = [(r["name"], np.arange(len(r["rss_bytes"])),
                (np.array(r["rss_bytes"], dtype=np.float64) - r["rss_base_bytes"]) / MiB) for r in results]
     draw(ax, [(name, xs, ys, f"{name}: RSS rise up to {ys.max() if len(ys) else 0:.2f} MiB, of which the "
@@ -72,7 +73,8 @@ def write_report(out, results, setup):
          near=0.03, gap_text=lambda mib: f"{mib * 1024:.0f} KiB")
     paths["memory"] = save(fig, ax, os.path.join(out, "memory_per_update.png"), "weight update",
                            "process RSS before the update, above its\nvalue before the net was built (MiB)",
-                           f"Memory usage per weight update\n{title}", legend={"fontsize": "small"})
+                           f"Memory usage per weight update\n{title}",
+                           legend={"fontsize": "small", "loc": "upper center", "bbox_to_anchor": (0.5, -0.2)})
     fig, ax = figure()
     draw(ax, [(r["name"], np.arange(len(r["update_seconds"])), np.cumsum(r["update_seconds"]),
                f"{r['name']} ({r['ms_per_update']:.3f} ms/update)") for r in results])
