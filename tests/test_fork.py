@@ -159,3 +159,18 @@ def test_a_fork_waits_for_a_compilation_in_another_thread(rng):
     other.join()
     got, at = out.strip("()").split(", ")
     assert got == "True" and float(at) >= released[0]          # the child began once the lock was free
+
+
+def test_a_forked_child_looks_at_its_own_cpu_time(rng):
+    """The load sampler kept the parent's process: the child counted the parent's CPU time as its own, and
+    raised NoSuchProcess once the parent had exited."""
+    from fastckpt.engine.sharing import Sharing
+
+    sharing = Sharing()
+    sharing.look()
+    parent = os.getpid()
+
+    def child():
+        first = sharing.look()                                  # a new start in the child
+        return f"{first} {sharing.process.pid == os.getpid()} {sharing.process.pid != parent}"
+    assert _in_child(child) == "None True True"

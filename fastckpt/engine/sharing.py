@@ -56,6 +56,8 @@ class Sharing:
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
     def sample(self):
+        if self.process.pid != os.getpid():          # a forked child: its own CPU time, and a new start (it
+            self.process, self.last = psutil.Process(os.getpid()), None   # raised once the parent had exited)
         machine = psutil.cpu_times()
         mine = self.process.cpu_times()
         return time.monotonic(), sum(getattr(machine, f, 0.0) for f in BUSY), mine.user + mine.system
