@@ -386,3 +386,43 @@ def test_a_float32_penalty_is_summed_where_it_cannot_overflow(rng):
     net.weights[0] = np.full((4, 3), 1e20)                      # squares overflow float32, not float64
     net.backprop(rng.random((5, 3)), rng.random((5, 2)))
     assert np.isfinite(net.last_loss) and net.last_loss == pytest.approx(0.5e-3 * 12 * 1e40, rel=1e-5)
+
+
+def test_a_deep_copy_while_another_thread_trains_is_of_one_moment():
+    """Parameters and Adam's state of a copy come from the same step (the state was copied outside the lock:
+    5 of 85 copies had it steps ahead of the parameters)."""
+    import hashlib
+
+    from fastckpt.engine.sharing import fix_threads
+
+    def make():
+        np.random.seed(5)
+        return Network([100, 200, 200, 10], optimizer="adam")
+    rng = np.random.default_rng(2)
+    x, y = rng.random((64, 100)), np.eye(10)[rng.integers(0, 10, 64)]
+    digest = lambda a: hashlib.sha1(a.tobytes()).hexdigest()              # noqa: E731
+    fix_threads(1)                                      # one trajectory, bit for bit, whatever the load
+    try:
+        _copies_of_one_moment(make, x, y, digest)
+    finally:
+        fix_threads(None)
+
+
+def _copies_of_one_moment(make, x, y, digest):
+    import copy
+
+    twin = make()
+    at = {digest(twin.params.flat): 0, digest(twin.optimizer_state.buffers[0]): 0}
+    for k in range(1, 151):
+        twin.update_mini_batch(x, y, 0.001)
+        at[digest(twin.params.flat)], at[digest(twin.optimizer_state.buffers[0])] = k, k
+    net = make()
+    trainer = threading.Thread(target=lambda: [net.update_mini_batch(x, y, 0.001) for _ in range(150)])
+    trainer.start()
+    seen = []
+    while trainer.is_alive():
+        c = copy.deepcopy(net)
+        seen.append((at.get(digest(c.params.flat), -1), at.get(digest(c.optimizer_state.buffers[0]), -2),
+                     c.optimizer_state.steps))
+    trainer.join()
+    assert seen and all(p == m == s for p, m, s in seen), [t for t in seen if len(set(t)) > 1][:3]

@@ -160,8 +160,13 @@ class Network(Predicting):
         state["_engine"] = None                           # a workspace is rebuilt on first use
         return state
 
-    def __copy__(self):
-        return copy.deepcopy(self)
+    __copy__ = copy.deepcopy
+
+    def __deepcopy__(self, memo):                       # under the lock: parameters and state of one moment
+        new = memo[id(self)] = type(self).__new__(type(self))
+        with self.params.lock:
+            new.__dict__.update(copy.deepcopy(self.__getstate__(), memo))
+        return new
 
     # -- the schedule -----------------------------------------------------------------------
     def plan(self, batch_size, *, optimizer_in_backward=None, strategy=None, blas_threads=None):
@@ -172,11 +177,8 @@ class Network(Predicting):
                          optimizer_in_backward=fused, blas_threads=blas_threads, optimizer=self.optimizer)
 
     def engine(self, batch_size):
-        """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples.
-
-        Made on first need and again when a larger batch comes; a smaller batch
-        uses the leading rows of its workspace.
-        """
+        """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples:
+        made on first need and again when a larger batch comes; a smaller batch uses its workspace's first rows."""
         engine = self._engine
         if engine is None or engine.plan.batch_size < batch_size:
             self._engine = None                                # free the old workspace first
@@ -188,10 +190,8 @@ class Network(Predicting):
 
     # -- training ---------------------------------------------------------------------------
     def backprop(self, x_batch, y_batch):
-        """Batch-mean gradients ``(nabla_b, nabla_w)`` in the lab's shapes (fresh arrays).
-
-        ``x_batch`` is (batch, n_in) or the lab's (batch, n_in, 1); ``y_batch`` likewise.
-        """
+        """Batch-mean gradients ``(nabla_b, nabla_w)`` in the lab's shapes (fresh arrays); ``x_batch`` is
+        (batch, n_in) or the lab's (batch, n_in, 1), ``y_batch`` likewise."""
         names = ("x_batch", "y_batch")
         with self.params.lock:
             engine = self._engine_for(x_batch, names[0])
