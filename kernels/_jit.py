@@ -9,10 +9,13 @@ next to the kernels: files there are unknown to pip, survive an uninstall and
 leave a ``fastckpt`` directory behind that shadows a later install.  Only
 fastckpt's kernels use this cache; other Numba code keeps its own caches.
 
-Numba checks a cached function against its own file only, but kernels call and
-inline kernels from other files.  So the cache directory is named after a
-digest of every kernel source file: change any of them and all are compiled
-afresh, never mixed with code compiled from the old sources.
+Numba checks a cached function against its own file only (its path, time and
+size), but kernels call and inline kernels from other files.  So the cache
+directory is named after a digest of every kernel source file, and that digest,
+not a file's path or time, is the entries' stamp: change any kernel and all are
+compiled afresh, never mixed with code compiled from the old sources, while two
+installs of the same sources (a copy in site-packages and an editable checkout)
+share one set of entries.
 
 NOTE [ Kernel cache ]
 A cache must never break a run or hand back the wrong code:
@@ -116,15 +119,20 @@ def _cache_class():
     locator_mixin, locator_base, impl_base, file_base, cache_base = bases
 
     class KernelCacheLocator(locator_mixin, locator_base):
-        """Places a kernel's files under the digest-named cache directory."""
+        """Places a kernel's files in the digest-named cache directory, keyed by nothing of where the sources
+        are installed: the same sources in another install (``pip install .``, then ``pip install -e .``) find
+        the same entries."""
 
         def __init__(self, py_func, py_file):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = os.path.join(_CACHE_DIR, self.get_suitable_cache_subpath(py_file))
+            self._cache_path = _CACHE_DIR
 
         def get_cache_path(self):
             return self._cache_path
+
+        def get_source_stamp(self):
+            return _SOURCES                   # not the file's path and time: the digest of every kernel's source
 
         @classmethod
         def from_function(cls, py_func, py_file):
@@ -239,5 +247,7 @@ if not numba.config.DISABLE_JIT:
 #: Compiled once and cached on disk, GIL released so threads can run kernels at once.
 kernel = _cached(nogil=True, error_model="numpy", boundscheck=False)
 
-#: Small helpers that are inlined into the kernels that call them.
-inline = _cached(nogil=True, error_model="numpy", inline="always")
+#: Small helpers and steps shared by kernels: each compiled once and linked into the kernels that call it,
+#: where LLVM inlines it (and vectorises the loops it is called in).  Numba's own ``inline="always"`` copied
+#: and typed a helper's IR at every call site, which tripled the kernels' compile time.
+inline = _cached(nogil=True, error_model="numpy")
