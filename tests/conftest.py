@@ -13,10 +13,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) and those training under a
+    """Tests that state facts about AVX-512 (``-m avx512``) are skipped on a CPU without it (:mod:`cpu`).
+
+    Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) and those training under a
     whole-run bound (``-m bounds``, refused under MKL) are skipped: MKL keeps GEMM
     buffers of its own that no plan counts (NOTE [ MKL's own buffers ] in fastckpt/planner/run.py).  What holds
     under MKL is checked by tests/test_blas_backends.py from an OpenBLAS process."""
+    from cpu import skip_avx512_tests
+    skip_avx512_tests(items)
     from fastckpt.kernels import blas_core
     if blas_core() != "mkl":
         return
@@ -78,3 +82,23 @@ def jit_twins():
             results.append(json.loads(proc.stdout.splitlines()[-1]))
         return results
     return run
+
+
+@pytest.fixture
+def wrap_run_kernels(monkeypatch):
+    """``wrap_run_kernels(around)``: from then on each run kernel the engine calls runs as ``around(kernel,
+    *args)`` (the engine asks ``fastckpt.engine.engine.runner`` for its kernels at every step);
+    ``wrap_run_kernels(None)`` undoes it."""
+    import fastckpt.engine.engine as engine_module
+    real = engine_module.runner
+
+    def wrap(around):
+        if around is None:
+            monkeypatch.setattr(engine_module, "runner", real)
+            return
+
+        def runner(*a, **k):
+            kernel = real(*a, **k)
+            return lambda *args: around(kernel, *args)
+        monkeypatch.setattr(engine_module, "runner", runner)
+    return wrap

@@ -12,6 +12,7 @@ from fastckpt.core.checks import check_dtype, check_positive_int, check_sizes
 from fastckpt.core.layout import grad_bytes, param_layout
 from fastckpt.core.optimizers import SGD, parse_optimizer
 from fastckpt.kernels import blas_threads as current_blas_threads
+from fastckpt.kernels import float_record_elems
 
 from .costs import (
     act_bytes,
@@ -158,7 +159,7 @@ class Plan:
             "recompute_buffers": workspace - kept,
             "shared_by_gradients": self.arena_elems * item - workspace - (0 if self.optimizer_in_backward else grads),
             "deltas": delta_elems(s, b) * item,
-            "scratch": max(s[1:]) * 8,
+            "scratch": float_record_elems(len(s) - 1, max(s[1:])) * 8,
             "blas": blas_bytes(s, b, self.blas_threads),
         }
         parts["activation_memory"] = workspace + parts["deltas"]
