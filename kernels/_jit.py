@@ -232,6 +232,84 @@ def _cached(**flags):
     return decorate
 
 
+class CompileNotice:
+    """Says once per process, on stderr, that fastckpt's kernels are being compiled, when a compile has run for
+    :attr:`after` seconds: a first run on a machine (or after an upgrade) is otherwise silent for many seconds.
+
+    A listener of Numba's ``numba:compile`` events, which fire only when a kernel is compiled (not when it is
+    loaded from the cache); only fastckpt's kernels count.  The line is the same on a terminal and in a pipe;
+    ``FASTCKPT_COMPILE_NOTICE=0`` leaves it out.
+    """
+
+    after = 1.0
+    estimate = 15          # seconds the kernels of a first training step took to compile on a 2-core Zen 3
+
+    def __init__(self, stream=None):
+        import threading
+        self.stream = stream
+        self._lock = threading.Lock()
+        self.said = False
+        self._depth = 0
+        self._timer = None
+
+    def message(self):
+        return (f"fastckpt: compiling its kernels for this CPU, once (they are cached in {_CACHE_DIR}): "
+                f"~{self.estimate} s")
+
+    def on_start(self, event):
+        import threading
+        if not _is_ours(event) or self.said or os.environ.get("FASTCKPT_COMPILE_NOTICE", "1") == "0":
+            return
+        with self._lock:
+            self._depth += 1
+            if self._timer is None:
+                self._timer = threading.Timer(self.after, self._say)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def on_end(self, event):
+        if not _is_ours(event):
+            return
+        with self._lock:
+            self._depth = max(self._depth - 1, 0)
+            if self._depth == 0 and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _say(self):
+        import sys
+        with self._lock:
+            if self._depth == 0 or self.said:
+                return
+            self.said = True
+        stream = self.stream or sys.stderr
+        print(self.message(), file=stream, flush=True)
+
+    def forget_threads(self):
+        """In a forked child: the timer thread is the parent's alone."""
+        self._lock = type(self._lock)()
+        self._depth, self._timer = 0, None
+
+
+def _is_ours(event):
+    dispatcher = event.data.get("dispatcher")
+    module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
+    return module.startswith(("fastckpt.kernels", "kernels."))
+
+
+def _listen(notice):
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            notice.on_start(ev)
+
+        def on_end(self, ev):
+            notice.on_end(ev)
+    event.register("numba:compile", Listener())
+    os.register_at_fork(after_in_child=notice.forget_threads)
+
+
 _SOURCES = _sources_digest()
 _CACHE_DIR = _cache_root()
 _KernelCache = None
@@ -243,6 +321,10 @@ if not numba.config.DISABLE_JIT:
         _KernelCache = _cache_class()
         if _KernelCache is None:
             _say_uncached(_CACHE_DIR, f"numba {numba.__version__} caches differently than fastckpt expects")
+
+NOTICE = CompileNotice()
+if not numba.config.DISABLE_JIT:
+    _listen(NOTICE)
 
 #: Compiled once and cached on disk, GIL released so threads can run kernels at once.
 kernel = _cached(nogil=True, error_model="numpy", boundscheck=False)

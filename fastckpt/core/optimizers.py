@@ -149,8 +149,7 @@ class OptimizerState:
 
     def __init__(self, optimizer, params):
         self.optimizer = parse_optimizer(optimizer)
-        flat = params.new_buffer()
-        self.state = np.zeros((self.optimizer.slots, flat.shape[0]), dtype=flat.dtype)   # one row per buffer
+        self.state = np.zeros((self.optimizer.slots, params.flat.shape[0]), dtype=params.flat.dtype)   # a row each
         self._steps = np.zeros(1, dtype=np.int64)      # counted by the step kernel itself (apply)
 
     @property

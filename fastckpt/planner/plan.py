@@ -12,7 +12,6 @@ from fastckpt.core.checks import check_dtype, check_positive_int, check_sizes
 from fastckpt.core.layout import grad_bytes, param_layout
 from fastckpt.core.optimizers import SGD, parse_optimizer
 from fastckpt.kernels import blas_threads as current_blas_threads
-from fastckpt.kernels import float_record_elems
 
 from .costs import (
     act_bytes,
@@ -21,6 +20,7 @@ from .costs import (
     describe_sizes,
     forward_flops,
     gradient_bytes,
+    scratch_bytes,
     state_bytes,
     step_flops,
 )
@@ -159,7 +159,7 @@ class Plan:
             "recompute_buffers": workspace - kept,
             "shared_by_gradients": self.arena_elems * item - workspace - (0 if self.optimizer_in_backward else grads),
             "deltas": delta_elems(s, b) * item,
-            "scratch": float_record_elems(len(s) - 1, max(s[1:])) * 8,
+            "scratch": scratch_bytes(s),
             "blas": blas_bytes(s, b, self.blas_threads),
         }
         parts["activation_memory"] = workspace + parts["deltas"]

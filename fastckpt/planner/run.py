@@ -14,9 +14,8 @@ import numpy as np
 
 from fastckpt.kernels import blas_core as current_blas_core
 from fastckpt.kernels import blas_threads as current_blas_threads
-from fastckpt.kernels import float_record_elems
 
-from .costs import BLAS_JOB_BYTES, gemm_mallocs
+from .costs import BLAS_JOB_BYTES, gemm_mallocs, scratch_bytes
 
 MiB = 2**20
 EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): GEMMs this tall run at full speed
@@ -31,7 +30,7 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
     itemsize = np.dtype(dtype).itemsize
     rows = min(int(chunk), int(n_rows))
     widest = max(sizes[1:])
-    total = (2 * rows * widest * itemsize + float_record_elems(len(sizes) - 1, widest) * 8
+    total = (2 * rows * widest * itemsize + scratch_bytes(sizes)
              + (rows * sizes[0] * itemsize if staged else 0))
     if what == "predict":
         total += int(n_rows) * 8                        # every row's class (int64)

@@ -1,7 +1,7 @@
 """One pipeline stage: a contiguous range of layers that trains micro-batch by micro-batch.
 
 A stage runs the plan of its own layers (any strategy) through the same
-kernel as a whole net (``run_ops``), cut in two: the forward pass of a
+run kernel as a whole net (:func:`fastckpt.kernels.runner`), cut in two: the forward pass of a
 micro-batch (:meth:`Stage.forward`) and, later, its backward pass with the
 plan's recomputation (:meth:`Stage.backward`).  Between the two, other
 micro-batches run through the same workspace.
