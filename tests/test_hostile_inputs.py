@@ -248,3 +248,29 @@ def test_threads_keep_one_step_each_whatever_batch_sizes_come(tmp_path):
         # the bound counts one step per worker (and the parameters and gradient sum, held already); engines kept
         # per batch size used to add 45 MiB here
         assert peak <= dp.predicted_bytes(500)["total"], peak
+
+
+def test_a_worker_frees_its_old_step_before_it_makes_the_next(monkeypatch):
+    """A new batch size gives each worker a new engine; the old one must be gone before the new one allocates,
+    whatever the threads' timing (it was still referenced then, and two workers replacing theirs at once held
+    four steps, 4 MB over the bound under load)."""
+    import weakref
+
+    import fastckpt.parallel.threads as threads
+    from fastckpt.parallel import DataParallel
+    made, alive_at_make = [], []
+    real = threads.Engine
+
+    def engine(*args, **kwargs):
+        alive_at_make.append(sum(ref() is not None for ref in made))
+        new = real(*args, **kwargs)
+        made.append(weakref.ref(new))
+        return new
+    monkeypatch.setattr(threads, "Engine", engine)
+    rng = np.random.default_rng(0)
+    net = fastckpt.Network([20, 16, 4])
+    with DataParallel(net, threads=2, adapt=False) as dp:
+        x, y = rng.random((40, 20)), rng.integers(0, 4, 40)
+        for batch in (20, 18, 16):
+            dp.update_mini_batches([x[:batch], x[20:20 + batch]], [y[:batch], y[20:20 + batch]], 0.1)
+    assert len(made) == 6 and max(alive_at_make) <= 1, alive_at_make    # at most the other worker's

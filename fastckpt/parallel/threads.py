@@ -138,6 +138,7 @@ class DataParallel:
         made = self._engines.get(worker)
         if made is None or made[0] != batch:
             net = self.net
+            made = None                                 # the old engine is freed here, before the new one is made
             self._engines.pop(worker, None)
             if worker == 0:
                 check_fits(self.predicted_bytes(batch)["total"], f"training on {self.threads} threads", "threads")
