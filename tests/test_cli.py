@@ -150,6 +150,16 @@ def test_analyze_prints_planned_and_measured_memory_and_writes_pngs(tmp_path):
         assert _is_png(tmp_path / name)
 
 
+def test_analyze_measure_empty_measures_nothing():
+    proc = _run("analyze", "--depths", "1,2", "--width", "16", "--batch-size", "8", "--measure", "", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["hidden_layers"] for r in rows] == [1, 2] and all(r["measured"] == {} for r in rows)
+    measured = _run("analyze", "--depths", "1,2", "--width", "16", "--batch-size", "8", "--measure", "2",
+                    "--strategies", "plain", "--json")
+    assert [set(r["measured"]) for r in json.loads(measured.stdout)["rows"]] == [set(), {"plain"}]
+
+
 def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     proc = _run("profile", "--steps", "3", "--strategy", "sqrt", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr

@@ -37,6 +37,15 @@ MAX_MEMORY = ("plan the least recomputation whose predicted training step fits B
 
 
 class Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but a flag the command does not know is refused by the command's own parser, so
+        the line names it (``fastckpt profile: error: unrecognized arguments: --nope``)."""
+        found, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(found, "command", None)
+            (getattr(self, "subcommands", {}).get(command) or self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return found
+
     def error(self, message):
         """One line and exit 2, as argparse does, without the usage block (and the MPI job's end, if
         other ranks may wait for this one: :func:`~fastckpt.cli.guard.leave_job`)."""
@@ -186,6 +195,11 @@ def depths(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"must be integers >= 1, got {text!r}")
     return values
+
+
+def measured_depths(text):
+    """``analyze --measure``: depths as :func:`depths` reads them, or ``""`` for none (no memray run)."""
+    return [] if not text.strip() else depths(text)
 
 
 def nbytes(text):

@@ -16,6 +16,7 @@ def parser():
     top.add_argument("--version", action="version", version=f"fastckpt {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     top.commands = []
+    top.subcommands = sub.choices                      # whose own error names an unknown flag's command
     for name, summary, add, description in COMMANDS:
         top.commands.append((name, summary))
         add(sub.add_parser(name, help=summary, description=description or summary, formatter_class=Help))
@@ -126,7 +127,8 @@ def _plan(p):
 def _analyze(p):
     _common(p, sizes=False)
     p.add_argument("--depths", type=o.depths, default=[1, 2, 4, 8, 16, 32, 64], help="hidden layers to plan")
-    p.add_argument("--measure", type=o.depths, default=[1, 4, 16], help="depths also measured with memray")
+    p.add_argument("--measure", type=o.measured_depths, default=[1, 4, 16],
+                   help='depths also measured with memray; "" measures none')
     p.add_argument("--width", type=o.positive, default=256, help="units per hidden layer")
     p.add_argument("--n-in", type=o.positive, default=784, help="input units")
     p.add_argument("--n-out", type=o.positive, default=10, help="output units")
