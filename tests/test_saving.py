@@ -2,6 +2,7 @@
 import copy
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -74,6 +75,25 @@ def test_the_file_is_documented_npz_with_its_metadata(tmp_path):
                                          "cached_gaussian": state["rng"][4]}}}
     loaded = fastckpt.load(path)
     assert loaded.training_state["epochs_done"] == 2 and _rng_equal(loaded.training_state["rng"], state["rng"])
+
+
+def test_a_training_state_prints_in_a_few_lines_and_its_rng_still_sets_numpy_s_state(tmp_path):
+    """The 624 key words of numpy's state are in the loaded tuple, not in what print shows."""
+    np.random.seed(7)
+    np.random.random(3)
+    saved = np.random.get_state()
+    path = Network([5, 3]).save(tmp_path / "n.npz", training={"epochs_done": 1, "rng": saved})
+    state = fastckpt.load(path).training_state
+    shown = repr(state)
+    assert len(shown) < 200 and f"pos {saved[2]}" in shown and str(saved[1][0]) not in shown, shown
+    for kept in (state, copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+        assert len(repr(kept)) < 200
+        np.random.seed(0)
+        np.random.set_state(kept["rng"])
+        assert _rng_equal(np.random.get_state(), saved)
+        drawn = np.random.random(4)
+        np.random.set_state(saved)
+        np.testing.assert_array_equal(drawn, np.random.random(4))
 
 
 def test_a_version_0_file_from_the_old_train_save_loads(tmp_path):
