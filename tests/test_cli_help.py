@@ -67,6 +67,16 @@ def test_an_unknown_flag_before_any_command_is_the_top_level_s():
     assert proc.returncode == 2 and proc.stderr == "fastckpt: error: unrecognized arguments: --no-such-flag\n"
 
 
+@pytest.mark.parametrize("command", ["plan", "train", "profile"])
+def test_every_command_that_takes_a_strategy_defaults_to_plain_and_says_so(command):
+    from fastckpt.cli.train import settle
+    args = parser.settled(parser.parser().parse_args([command]))
+    strategy = settle(args).strategy if command == "train" else args.strategy
+    assert str(strategy) == "plain"
+    shown = " ".join(_run(command, "--help").stdout.split())
+    assert "(default: plain" in shown and "(default: every_nth" not in shown
+
+
 def test_help_shows_the_defaults():
     out = _run("compare", "--help").stdout
     assert "(default: 784,40,30,10)" in " ".join(out.split()) and "(default: 10)" in out

@@ -35,7 +35,7 @@ def settled(args):
                              f"--max-memory {format_bytes(args.max_memory)}")
         strategy = Fit(args.max_memory)
     elif args.strategy is None and args.command != "train":
-        strategy = parse_strategy("every_nth(2)")
+        strategy = parse_strategy(TRAIN_DEFAULTS["strategy"])           # one default for every command
     return argparse.Namespace(**dict(vars(args), strategy=strategy))
 
 
@@ -110,7 +110,7 @@ def _compare(p):
 
 def _plan(p):
     _common(p)
-    _strategy(p, "every_nth(2)")
+    _strategy(p, TRAIN_DEFAULTS["strategy"])
     _sgd_in_backward(p)
     _optimizer(p)
     p.add_argument("--data", default=None,
@@ -233,7 +233,7 @@ def _train_parallel(p):
 
 def _profile(p):
     _common(p)
-    _strategy(p, "every_nth(2)")
+    _strategy(p, TRAIN_DEFAULTS["strategy"])
     p.add_argument("--steps", type=o.positive, default=20, help="training steps recorded")
     p.add_argument("--eta", type=o.rate, default=3.0, help="SGD learning rate")
     p.add_argument("--data", default=None, help=DATA_HELP + ")")
