@@ -127,3 +127,28 @@ def test_every_strategy_the_docs_spell_parses():
 def test_the_strategy_check_catches_a_spelling_the_parser_refuses():
     with pytest.raises(ValueError):
         parse_strategy("revolve(10**9)")
+
+
+def _aliases():
+    """{older long name: documented name} of every option that has two long names (the first is documented)."""
+    found = {}
+    top = parser()
+    for command in top.subcommands.values():
+        for action in command._actions:
+            names = [n for n in action.option_strings if n.startswith("--")]
+            found.update({alias: names[0] for alias in names[1:]})
+    return found
+
+
+def test_the_docs_spell_a_flag_by_its_documented_name_and_an_older_one_only_beside_it():
+    aliases = _aliases()
+    assert aliases.get("--sgd-in-backward") == "--optimizer-in-backward"
+    for doc in DOCS:
+        for line in (ROOT / doc).read_text().splitlines():
+            for alias, name in aliases.items():
+                if re.search(re.escape(alias) + r"(?![\w-])", line):
+                    assert name in line and "older name" in line, (doc, line)
+    shown = " ".join(subprocess.run([sys.executable, "-m", "fastckpt", "train", "--help"], capture_output=True,
+                                    text=True, timeout=60).stdout.split())
+    assert "--optimizer-in-backward, --sgd-in-backward" in shown and "its older name" in shown
+    assert parser().parse_args(["train", "--sgd-in-backward"]).sgd_in_backward is True

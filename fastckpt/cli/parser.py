@@ -79,7 +79,8 @@ def _sgd_in_backward(p, verb="plan for", default=False):
     p.add_argument("--optimizer-in-backward", "--sgd-in-backward", dest="sgd_in_backward", action="store_true",
                    default=default,
                    help=f"{verb} the optimizer in backward: each layer's step as soon as its gradient is final, so "
-                        "no gradient buffers with SGD and one layer's with another optimizer (default: off"
+                        "no gradient buffers with SGD and one layer's with another optimizer; --sgd-in-backward, its "
+                        "older name, is the same flag (default: off"
                         + (", or the --resume file's)" if default is None else ")"))
 
 

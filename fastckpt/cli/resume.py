@@ -29,6 +29,8 @@ from .options import pipeline_options, tensor_shards
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
 
+FLAGS = {"sgd_in_backward": "--optimizer-in-backward"}     # a setting's flag, where it is not its key's spelling
+
 # what a --resume file's training state must hold: (kind, least value)
 STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
          "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
@@ -164,7 +166,7 @@ def resumed(args, modes):
 def _check_same(args, key, saved, state):
     """Refuse a flag that would change what the --resume file's run fixes."""
     given = getattr(args, key)
-    flag = "--" + key.replace("_", "-")
+    flag = FLAGS.get(key, "--" + key.replace("_", "-"))
     if key == "data" and given is not None:
         same = fingerprint(given) == state.get("data_sha256") and saved is not None
     else:

@@ -96,7 +96,7 @@ def modes_of(args):
         refuse_under_mkl("--max-memory", args.max_memory)
     check_lone_flags(args)
     if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):
-        raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
+        raise ValueError("--optimizer-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
                          "mini-batches are summed first, so leave it out")
     for flag in ("--shuffle", "--validation"):
