@@ -25,7 +25,7 @@ from fastckpt.report.plots import plot_depth, plot_tradeoff
 from fastckpt.report.summary import summary, table, write_report
 
 from .bound import step_strategy, whole_run
-from .data import check_trainable, load_data
+from .data import check_trainable, data_name, data_path, load_data
 from .signals import Stopped, Stopper
 
 
@@ -40,7 +40,8 @@ def compare(args):
     for s in strategies:                                          # refuse before any training
         check_trainable(args.sizes, args.batch_size, args.dtype, s, optimizer_in_backward=args.sgd_in_backward)
     setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
-             "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)",
+             "dtype": args.dtype, "seed": args.seed,
+             "data": data_path(args.data) or "embedded MNIST (4000 train, 1000 test)",
              "sgd_in_backward": args.sgd_in_backward}
     done = []
     with Stopper() as stopper:                                    # SIGINT, SIGTERM, SIGHUP: see _signals
@@ -50,7 +51,7 @@ def compare(args):
             if args.out:
                 write_report(args.out, results, setup)
         try:
-            results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
+            results = report.run_compare(args.sizes, strategies, data_path(args.data), epochs=args.epochs,
                                          batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
                                          seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred,
                                          sgd_in_backward=args.sgd_in_backward)
@@ -102,7 +103,7 @@ def show_plan(args):
     else:
         print(p.describe() + (f"\nnote: {note}" if note else ""))
         if whole is not None:
-            print(f"the whole run on {args.data} ({args.epochs} epochs, as train runs it), predicted bytes:")
+            print(f"the whole run on {data_name(args.data)} ({args.epochs} epochs, as train runs it), predicted bytes:")
             print("\n".join(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB" for name, value in whole.items()))
     return 0
 
@@ -124,10 +125,11 @@ def show_max_batch(args):
                          "whole_run_bytes": parts["total"] if parts else None})
     if args.json:
         print(json.dumps({"max_memory": args.max_memory, "sizes": list(args.sizes), "dtype": args.dtype,
-                          "optimizer": args.optimizer, "epochs": args.epochs, "data": args.data, "largest": rows},
+                          "optimizer": args.optimizer, "epochs": args.epochs, "data": data_path(args.data),
+                          "largest": rows},
                          indent=2))
         return 0
-    print(f"the largest batch whose whole train run ({args.epochs} epochs on {args.data or 'the embedded digits'}) "
+    print(f"the largest batch whose whole train run ({args.epochs} epochs on {data_name(args.data)}) "
           f"fits {format_bytes(args.max_memory)}, {describe_sizes(args.sizes)} in {args.dtype}"
           + ("" if args.optimizer == "sgd" else f", {args.optimizer}") + ":")
     print(f"  {'strategy':<14}{'update':<22}{'batch':>7}{'recompute':>11}{'whole run MiB':>15}")

@@ -7,7 +7,9 @@ from fastckpt.planner.strategies import Fit, format_bytes, parse_strategy
 from . import options as o
 from .options import MAX_MEMORY, PIPELINE_DEFAULTS, STRATEGIES, TRAIN_DEFAULTS, TRAIN_MAX_MEMORY, Help, Parser
 
-DATA_HELP = "the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits"
+DATA_KINDS = ("the lab's mnist.npz, an IDX folder, or embedded: the MNIST digits shipped with fastckpt (a folder "
+              "named embedded is ./embedded)")
+DATA_HELP = DATA_KINDS + " (default: embedded"
 
 
 def parser():
@@ -116,7 +118,7 @@ def _plan(p):
     _optimizer(p)
     p.add_argument("--data", default=None,
                    help="also predict train's whole run on this data, part by part; --max-memory then bounds the "
-                        "whole run as in train (" + DATA_HELP.split(" (")[0] + "; default: the step only)")
+                        "whole run as in train: " + DATA_KINDS + " (default: the step only)")
     p.add_argument("--epochs", type=o.positive, default=10, help="epochs of the whole run (with --data)")
     p.add_argument("--max-batch", action="store_true",
                    help="with --max-memory: the largest batch whose whole run fits it, for plain, every_nth(2) and "
@@ -244,8 +246,10 @@ def _profile(p):
 
 def _use(p, what):
     p.add_argument("file", metavar="FILE", help="a net saved by train --save or net.save")
-    p.add_argument("--data", default=None, help=DATA_HELP + ")" + (", or a .npy array of inputs, one sample per "
-                                                                       "row" if what == "predict" else ""))
+    p.add_argument("--data", default=None,
+                   help=DATA_KINDS + (", or a .npy array of inputs, one sample per row" if what == "predict" else "")
+                   + " (default: the data FILE was trained on, which train --save records; a file saved by net.save "
+                     "records none and needs --data)")
     p.add_argument("--split", choices=["test", "train"], default="test", help="which part of --data (default: test)")
 
 

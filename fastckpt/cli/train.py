@@ -22,11 +22,11 @@ from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import refuse_under_mkl
 
 from .bound import bounded
-from .data import check_trainable, load_data
+from .data import check_trainable, fingerprint, load_data
 from .guard import RankGuard
 from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options, tensor_shards
 from .progress import TrainBar
-from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
+from .resume import SETTINGS, Saver, resumed, run_mode, training_state
 
 
 @dataclass(frozen=True)
