@@ -21,6 +21,18 @@ def test_the_use_block_runs_as_written_and_prints_what_its_comments_say(tmp_path
     assert (tmp_path / "net.npz").exists()
 
 
+def test_the_train_example_is_what_the_command_prints_but_for_its_times(tmp_path):
+    cmd = "fastckpt train --epochs 2"
+    shown = README.split(f"$ {cmd}\n", 1)[1].split("```", 1)[0].splitlines()
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", *cmd.split()[1:]], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+    def timeless(line):
+        return re.sub(r"\d+\.\d+ (s|ms)\b", "T", line)
+    assert [timeless(line) for line in proc.stdout.splitlines()] == [timeless(line) for line in shown]
+
+
 @pytest.mark.bounds
 def test_the_max_memory_example_is_what_the_command_prints():
     cmd = "fastckpt plan --sizes 784,256,256,256,256,256,256,10 --batch-size 2000 --max-memory 24MiB"

@@ -194,8 +194,9 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                 exclusive=exclusive, training=training_state(run, before + trainer.accuracies, epoch + 1,
                                                              updates_before + updates, len(training[0]), 1),
                 activation=run.activation, optimizer=run.optimizer, optimizer_state=state))
+    bar.watch(trainer)
     _, times = guard.run(trainer.SGD, training, args.epochs - done, run.batch_size, run.eta, test_data=test,
-                         verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
+                         verbose=False, progress=bar.progress, on_epoch=bar.after(saved, trainer),
                          lr_schedule=run.lr_schedule, first_epoch=done)
     workers = {"ranks": guard.ranks, "bytes_sent_per_update": round(trainer.bytes_per_update)}   # every rank
     if args.pipeline:
@@ -229,21 +230,23 @@ def _one_net(args, run, net, state, guard, training, test, lead):
             run, before + net.accuracies, epoch + 1, updates_before + updates, len(training[0]),
             per_update or args.threads)))
     if args.mpi:
-        trainer = guard.run(MPITrainer, net, bucket_bytes=args.bucket_bytes)
+        trainer = bar.watch(guard.run(MPITrainer, net, bucket_bytes=args.bucket_bytes))
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
-                             parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,
+                             parallel_batches=per_update, verbose=False, progress=bar.progress,
                              on_epoch=bar.after(saved, net), lr_schedule=run.lr_schedule, first_epoch=done)
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:
         with DataParallel(net, threads=args.threads) as dp:
+            bar.watch(dp)
             _, times = dp.SGD(training, epochs, run.batch_size, run.eta, test_data=test, parallel_batches=per_update,
-                              verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, net),
+                              verbose=False, progress=bar.progress, on_epoch=bar.after(saved, net),
                               first_epoch=done, lr_schedule=run.lr_schedule)
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
-        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=bar.lines,
+        bar.watch(net)
+        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=False,
                            progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done,
                            shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation,
                            lr_schedule=run.lr_schedule)
@@ -268,7 +271,7 @@ def _report(args, run, state, done, times, accuracies, workers, seconds):
     print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
           + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
           + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
-          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
+          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s in all"
           + "".join(f", {key.replace('_', ' ')} {_shown(value)}" for key, value in workers.items()))
     if args.save:
         print(f"saved to {args.save}" + ("" if args.save.endswith(".npz") else ".npz"))

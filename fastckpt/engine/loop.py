@@ -98,6 +98,7 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
             line = _end_epoch(net, epoch, losses, test_data, validation)
             if bar is not None:
                 bar.clear()
+                bar.end_epoch()
             if verbose:
                 print(line, flush=True)
             if on_epoch is not None:
@@ -120,7 +121,7 @@ def _end_epoch(net, epoch, losses, test_data, validation):
         net.history["val_accuracy"].append(val)
         if net.history["loss"]:
             line += f", training loss: {net.history['loss'][-1]:.6g}"
-        line += f", validation accuracy: {val}"
+        line += f", validation accuracy: {val:.4g}"
     return line
 
 
