@@ -184,3 +184,40 @@ def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_p
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["same_accuracy"] is True
+
+
+def _spans(values):
+    """``0-2 5 7-9``: runs of consecutive integers, as the plan prints them."""
+    runs = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return " ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@pytest.mark.bounds
+def test_train_max_memory_says_in_words_what_it_kept_recomputed_and_the_peak_it_predicts():
+    from fastckpt.planner.run import run_bytes
+    sizes, batch, bound = [784] + [128] * 8 + [10], 1000, 27 * MiB
+    args = ["train", "--sizes", ",".join(map(str, sizes)), "--batch-size", str(batch), "--epochs", "1",
+            "--max-memory", "27MiB"]
+    said = json.loads(_run(*args, "--json").stdout)
+    step = fastckpt.plan(sizes, batch, strategy=said["strategy"])
+    again = int((step.forward_counts > 1).sum())
+    training, test = fastckpt.load_mnist(compact=True)
+    whole = run_bytes(step, training, test, updates=len(training[0]) // batch)["total"]
+    assert said["bound"] == {"max_memory": bound, "kept": list(step.kept), "recomputed_layers": again,
+                             "extra_flop_fraction": step.extra_flop_fraction, "step_bytes": step.bytes()["total"],
+                             "whole_run_bytes": whole}
+    assert 0 < again < 9 and whole <= bound < run_bytes(fastckpt.plan(sizes, batch), training, test,
+                                                         updates=len(training[0]) // batch)["total"]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    first, *_, last = proc.stdout.splitlines()
+    assert first == (f"--max-memory 27MiB: the step keeps activations {_spans(step.kept)} after the forward pass "
+                     f"({len(step.kept) - 1} of 9 besides the input) and recomputes {again} of the 9 layers during "
+                     f"backward ({100 * step.extra_flop_fraction:.1f}% more FLOPs than plain); the whole run's "
+                     f"predicted peak is {whole / MiB:.2f} MiB, its step's {step.bytes()['total'] / MiB:.2f} MiB")
+    assert last.startswith(f"trained {sizes} (--max-memory 27MiB: {again} of 9 layers recomputed) for 1 epoch")

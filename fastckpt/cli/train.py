@@ -18,12 +18,13 @@ from fastckpt.nets.io import save_arrays
 from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorParallelTrainer
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
-from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import refuse_under_mkl
+from fastckpt.planner.strategies import format_bytes
 
 from .bound import bounded
 from .data import check_trainable, fingerprint, load_data
 from .guard import RankGuard
+from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options, tensor_shards
 from .progress import TrainBar
 from .resume import SETTINGS, Saver, resumed, run_mode, training_state
@@ -131,16 +132,7 @@ def train(args):
     lead = guard is None or guard.rank == 0
     run = bounded(args, run, state, whole=not modes and args.threads == 1 and not run.parallel_batches and net is None,
                   training=(x_train, y_train), test=test)
-    note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
-                        optimizer=run.optimizer)
-    if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes
-        print(f"fastckpt train: note: {note}", file=sys.stderr)
-    schedule = parse_lr_schedule(run.lr_schedule)
-    if lead and state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
-        print(f"fastckpt train: note: the --resume file's --lr-schedule {schedule} reached its eta_min "
-              f"{schedule.eta_min:g} at epoch {schedule.epochs}, so epochs {schedule.epochs}..{args.epochs - 1} "
-              f"train at {schedule.eta_min:g}; --lr-schedule 'cosine({args.epochs})' anneals over all "
-              f"{args.epochs}", file=sys.stderr)
+    bound = say_before_training(args, run, state, (x_train, y_train), test) if lead else None
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
     done = state["epochs_done"] if state else 0
@@ -157,7 +149,7 @@ def train(args):
     if guard is not None:
         guard.finish()
     if lead:
-        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
+        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0, bound)
     return 0
 
 
@@ -256,19 +248,24 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     return times, before + net.accuracies, workers
 
 
-def _report(args, run, state, done, times, accuracies, workers, seconds):
-    """The run's one line (or its JSON)."""
+def _report(args, run, state, done, times, accuracies, workers, seconds, bound=None):
+    """The run's one line (or its JSON); ``bound``: what the memory bound chose (:mod:`fastckpt.cli.notes`)."""
     result = {"sizes": run.sizes, "strategy": str(run.strategy), "loss": run.loss, "l2": run.l2,
               "batch_size": run.batch_size, "eta": run.eta, "epochs": args.epochs, "accuracies": accuracies,
               "updates": len(times), "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
+    if bound:
+        result["bound"] = bound
     if args.resume:
         result["resumed_after_epoch"] = done                       # updates and ms_per_update are this run's
         result["updates_in_all"] = state["updates_done"] + len(times)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
+    shown = result["strategy"] if not bound else f"--max-memory {format_bytes(bound['max_memory'])}: " + (
+        f"{bound['recomputed_layers']} of {len(run.sizes) - 1} layers recomputed" if bound["recomputed_layers"]
+        else "nothing recomputed")
+    print(f"trained {run.sizes} ({shown}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
           + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
           + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
           f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s in all"
