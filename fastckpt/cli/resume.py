@@ -11,7 +11,8 @@ That holds in every mode: one process or threads, MPI data parallelism, pipeline
 and tensor parallelism (every rank reads the file and takes its part of the
 net and of the optimizer's state).  The file records how it was trained
 (:func:`run_mode`), and a resume in another mode or on other ranks is refused:
-its sums would round otherwise.
+its sums would round otherwise.  ``--eta`` alone may change: the run then goes
+on at the new rate (fine-tuning), and is no longer the unbroken one's.
 """
 import os
 
@@ -132,6 +133,8 @@ def resumed(args, modes):
     for key in SETTINGS:
         if key == "strategy" and args.max_memory is not None and state.get("max_memory") == args.max_memory:
             continue                        # the whole-run bound the file's run had, which fixed its fit
+        if key == "eta":
+            continue                        # another rate fine-tunes: said by cli/notes.py
         _check_same(args, key, saved[key], state)
     data = args.data if args.data is not None else saved["data"]
     if args.data is None and data is not None and not (os.path.isfile(data) or os.path.isdir(data)):
