@@ -1,6 +1,7 @@
 """The ``fastckpt`` command driven as a user would: a subprocess, its output, its files and exit code."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,6 +171,45 @@ def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     assert str(png) in proc.stdout and str(svg) in proc.stdout
     assert _is_png(png) and "<svg" in svg.read_text()[:2000] and "<script" not in svg.read_text()
     assert "internet" in proc.stdout and "offline" in proc.stdout
+
+
+def _profiled(stdout):
+    """(measured, planned, step, staging) in bytes, from profile's last line (MiB to 3 decimals)."""
+    found = re.search(r"peak ([\d.]+) MiB measured, ([\d.]+) MiB planned: the step ([\d.]+) MiB .* staging rows "
+                      r"([\d.]+) MiB", stdout)
+    assert found, stdout
+    return [round(float(v) * MiB) for v in found.groups()]
+
+
+def test_profile_trains_the_net_its_flags_shape_and_plans_what_memray_measures(tmp_path):
+    sizes = [784, 96, 96, 10]
+    proc = _run("profile", "--sizes", "784,96,96,10", "--batch-size", "128", "--activation", "relu", "--init", "he",
+                "--optimizer", "adam", "--eta", "0.001", "--strategy", "sqrt", "--steps", "3", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    measured, planned, step, staging = _profiled(proc.stdout)
+    adam = fastckpt.plan(sizes, 128, strategy="sqrt", optimizer="adam").bytes()["total"]
+    rows = 128 * 784 * 8 + 128 * 10 * 8                        # a minibatch of bytes and labels, as float64 rows
+    assert abs(step - adam) <= 512 and abs(staging - rows) <= 512 and abs(planned - adam - rows) <= 512
+    assert adam > fastckpt.plan(sizes, 128, strategy="sqrt").bytes()["total"] + 2 * 96 * 784 * 8   # Adam's moments
+    assert 0 <= measured - planned <= 100 * 1024, (measured, planned)      # the tens of KiB of Python objects
+
+
+def test_profile_file_trains_the_saved_net_at_its_batch_and_refuses_a_flag_that_would_change_it(tmp_path):
+    trained = _run("train", "--sizes", "784,64,64,10", "--batch-size", "50", "--optimizer", "momentum", "--strategy",
+                   "revolve(1)", "--epochs", "1", "--save", str(tmp_path / "n.npz"), "--json")
+    assert trained.returncode == 0, trained.stderr
+    proc = _run("profile", str(tmp_path / "n.npz"), "--steps", "2", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    assert "(revolve(1)) and 2 training steps at batch 50 on the embedded digits" in proc.stdout
+    measured, planned, step, _ = _profiled(proc.stdout)
+    expected = fastckpt.plan([784, 64, 64, 10], 50, strategy="revolve(1)", optimizer="momentum").bytes()["total"]
+    assert abs(step - expected) <= 512 and abs(planned - expected - 50 * 794 * 8) <= 512
+    assert 0 <= measured - planned <= 100 * 1024, (measured, planned)
+    refused = _run("profile", str(tmp_path / "n.npz"), "--activation", "relu", "--out", str(tmp_path / "p"))
+    assert refused.returncode == 2 and refused.stderr == (
+        f"fastckpt profile: error: --activation would change the net FILE {str(tmp_path / 'n.npz')!r} holds; "
+        "profile FILE trains it as saved: leave --activation out, or profile a new net with the flags and without "
+        "FILE\n")
 
 
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):

@@ -69,9 +69,11 @@ def test_an_unknown_flag_before_any_command_is_the_top_level_s():
 
 @pytest.mark.parametrize("command", ["plan", "train", "profile"])
 def test_every_command_that_takes_a_strategy_defaults_to_plain_and_says_so(command):
+    from fastckpt.cli.profile import run_settings
     from fastckpt.cli.train import settle
     args = parser.settled(parser.parser().parse_args([command]))
-    strategy = settle(args).strategy if command == "train" else args.strategy
+    strategy = {"train": lambda: settle(args).strategy, "profile": lambda: run_settings(args, None)[0].strategy,
+                "plan": lambda: args.strategy}[command]()
     assert str(strategy) == "plain"
     shown = " ".join(_run(command, "--help").stdout.split())
     assert "(default: plain" in shown and "(default: every_nth" not in shown

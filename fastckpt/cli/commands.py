@@ -2,9 +2,7 @@
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +17,6 @@ from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import largest_batch, refuse_under_mkl
 from fastckpt.planner.strategies import format_bytes
 from fastckpt.report import compare as report
-from fastckpt.report.flame import write_peak_picture
 from fastckpt.report.measure import memray_peak
 from fastckpt.report.plots import plot_depth, plot_tradeoff
 from fastckpt.report.summary import summary, table, write_report
@@ -237,35 +234,3 @@ def _thin(points, n):
         return points
     keep = sorted(set(np.linspace(0, len(points) - 1, n).round().astype(int)))
     return [points[k] for k in keep]
-
-
-# -- profile ----------------------------------------------------------------------------------
-def profile(args):
-    import memray
-    (x_train, y_train), _ = load_data(args.data, args.sizes)
-    check_trainable(args.sizes, args.batch_size, args.dtype, args.strategy)
-    x, y = x_train[:args.batch_size], y_train[:args.batch_size]
-    NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype).update_mini_batch(x, y, 0.0)
-    os.makedirs(args.out, exist_ok=True)
-    html = os.path.join(args.out, "memray-flamegraph.html")
-    with tempfile.TemporaryDirectory() as tmp:
-        capture = os.path.join(tmp, "profile.bin")
-        with memray.Tracker(capture, native_traces=args.native, trace_python_allocators=True):   # as memray_peak
-            net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
-            for _ in range(args.steps):
-                net.update_mini_batch(x, y, args.eta)
-        peak = memray.FileReader(capture).metadata.peak_memory
-        proc = subprocess.run([sys.executable, "-m", "memray", "flamegraph", "-f", "-o", html, capture],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"memray flamegraph failed: {proc.stderr.strip().splitlines()[-1]}")
-        pictures = write_peak_picture(capture, os.path.join(args.out, "memory-peak"),
-                                      title=f"{args.sizes}, {args.strategy}, batch {args.batch_size}, "
-                                            f"{args.steps} steps")
-    predicted = net.plan(args.batch_size).bytes()["total"]
-    print(f"memray flamegraph of building {args.sizes} with {args.strategy} and {args.steps} training steps: {html}")
-    print(f"where the peak goes, as pictures: {pictures[0]} and {pictures[1]}")
-    print("the HTML needs a browser with internet access (it loads its scripts from a CDN); "
-          "the PNG and SVG open offline")
-    print(f"peak {peak / 2**20:.3f} MiB measured, {predicted / 2**20:.3f} MiB planned")
-    return 0

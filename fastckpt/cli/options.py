@@ -10,7 +10,7 @@ from .guard import leave_job
 #: ``train``'s settings when neither the command line nor a --resume file gives them
 TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
                   "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0, "sgd_in_backward": False,
-                  "activation": "sigmoid", "optimizer": "sgd"}
+                  "activation": "sigmoid", "optimizer": "sgd", "init": "lab"}
 
 #: ``train --pipeline``'s options when not given; without --pipeline they may not be given
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
@@ -30,6 +30,9 @@ TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g.
                     "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads, "
                     "--mpi, --pipeline or --tensor-parallel it bounds each worker's step (default: off, --strategy "
                     "decides)")
+PROFILE_MAX_MEMORY = ("profile the step train --max-memory BYTES plans on one process without --save: the fit of "
+                      "what the data, the staging rows, an evaluation and the result lists of --epochs leave of "
+                      "BYTES (default: off, --strategy decides)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
               "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
               "as --strategy fit(BYTES). "

@@ -144,7 +144,8 @@ def train(args):
             np.random.seed(run.seed)
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
                                            l2=run.l2, optimizer_in_backward=run.sgd_in_backward,
-                                           activation=run.activation, init=args.init, optimizer=run.optimizer)
+                                           activation=run.activation, init=args.init or TRAIN_DEFAULTS["init"],
+                                           optimizer=run.optimizer)
         times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
     if guard is not None:
         guard.finish()
@@ -159,7 +160,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
     rng = np.random.get_state()                          # where a --resume file's run left it
     np.random.seed(run.seed)
     pipe = run.pipeline
-    net = {"activation": run.activation, "init": args.init, "optimizer": run.optimizer}
+    net = {"activation": run.activation, "init": args.init or TRAIN_DEFAULTS["init"], "optimizer": run.optimizer}
     if args.pipeline:
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,

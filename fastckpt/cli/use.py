@@ -21,7 +21,7 @@ from .paths import npz_name
 
 def evaluate(args):
     """Accuracy of the saved net on one split of the data (and the count behind it)."""
-    net = _net(args.file)
+    net = load_net(args.file)
     if args.data is not None and args.data.endswith(".npy"):
         raise ValueError(f"--data {args.data!r}: a .npy array holds inputs without labels; evaluate needs an "
                          "mnist.npz or an IDX folder (predict takes a .npy)")
@@ -42,7 +42,7 @@ def predict(args):
     """The class index of every sample, one per line on stdout or in ``--output``; which data, on stderr."""
     if args.force and args.output is None:
         raise ValueError("--force lets --output replace a file; without --output it would change nothing")
-    net = _net(args.file)
+    net = load_net(args.file)
     if args.data is not None and args.data.endswith(".npy"):
         x = _inputs(args.data, net.sizes[0])
         said = f"the {len(x)} rows of {args.data!r}"
@@ -66,7 +66,8 @@ def predict(args):
     return 0
 
 
-def _net(path):
+def load_net(path):
+    """The net saved at ``path`` (``.npz`` appended as numpy does), or a ValueError naming FILE."""
     if not os.path.isfile(path) and not os.path.isfile(npz_name(path)):
         raise ValueError(f"FILE {path!r}: no such file")
     return load(path if os.path.isfile(path) else npz_name(path))

@@ -68,6 +68,15 @@ def staged(a, dtype):
     return not (isinstance(a, np.ndarray) and a.dtype == np.dtype(dtype) and a.flags.c_contiguous)
 
 
+def staging_bytes(plan, x, y):
+    """The staging rows a minibatch of ``x`` and ``y`` (the data, or its rows) is converted into for a step
+    of ``plan``: none for C-contiguous rows of the net's dtype; a minibatch of compact images and integer
+    labels (what the commands read) always is converted."""
+    rows, item = plan.batch_size, plan.dtype.itemsize
+    return (rows * plan.sizes[0] * item if staged(x, plan.dtype) else 0) + \
+        (rows * plan.sizes[-1] * item if staged(y, plan.dtype) else 0)
+
+
 def run_bytes(plan, training, test=None, *, updates, save=False):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
@@ -78,9 +87,8 @@ def run_bytes(plan, training, test=None, *, updates, save=False):
     (x, y), dtype, sizes = training, plan.dtype, plan.sizes
     parts = {"data": data_bytes(x, y, *(test or ()))}
     parts.update({f"step: {k}": v for k, v in plan.bytes().items() if k != "activation_memory"})
-    batch, item = plan.batch_size, dtype.itemsize
-    parts["staging"] = (batch * sizes[0] * item if staged(x, dtype) else 0) + \
-        (batch * sizes[-1] * item if staged(y, dtype) else 0)
+    item = dtype.itemsize
+    parts["staging"] = staging_bytes(plan, x, y)
     parts["records"] = int(updates) * RECORD_BYTES
     after = []
     if test is not None:
