@@ -261,3 +261,55 @@ def test_train_max_memory_says_in_words_what_it_kept_recomputed_and_the_peak_it_
                      f"backward ({100 * step.extra_flop_fraction:.1f}% more FLOPs than plain); the whole run's "
                      f"predicted peak is {whole / MiB:.2f} MiB, its step's {step.bytes()['total'] / MiB:.2f} MiB")
     assert last.startswith(f"trained {sizes} (--max-memory 27MiB: {again} of 9 layers recomputed) for 1 epoch")
+
+
+def test_plan_data_prints_parts_that_add_up_to_its_total():
+    args = ["plan", "--sizes", "784,512,512,512,10", "--batch-size", "256", "--data", "embedded", "--epochs", "1",
+            "--blas-threads", "2"]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.split("the whole run on the embedded digits (1 epoch, as train runs it)", 1)[1]
+    rows = [re.match(r"^  (\S.*?)\s+(-?[\d,]+)\s+-?[\d.]+ MiB$", line) for line in text.splitlines()]
+    parts = {row.group(1): int(row.group(2).replace(",", "")) for row in rows if row}     # the step's own: indented
+    total = parts.pop("total")
+    assert set(parts) == {"data", "step", "staging", "records", "evaluation", "not held at once"}, parts
+    assert sum(parts.values()) == total and parts["not held at once"] < 0
+    whole = json.loads(_run(*args, "--json").stdout)["whole_run"]
+    assert sum(v for k, v in whole.items() if not k.startswith("step: ") and k != "total") + whole["step: total"] \
+        == whole["total"] == total
+    assert whole["not held at once"] == -min(whole["step: blas"], whole["evaluation"]) < 0
+    training, test = fastckpt.load_mnist(compact=True)
+    from fastckpt.planner.run import run_bytes
+    step = fastckpt.plan([784, 512, 512, 512, 10], 256, blas_threads=2)
+    for save in (False, True):
+        got = run_bytes(step, training, test, updates=15, save=save)
+        held = [got["step: blas"], got["evaluation"]] + ([got["saving"]] if save else [])   # the largest counts
+        assert got["total"] == got["data"] + got["step: total"] - got["step: blas"] + got["staging"] + \
+            got["records"] + max(held)
+        assert got["total"] == sum(v for k, v in got.items() if not k.startswith("step: ") and k != "total") + \
+            got["step: total"]
+
+
+@pytest.mark.bounds
+def test_plan_max_batch_says_why_adam_in_backward_fits_a_smaller_batch():
+    sizes = [784] + [512] * 16 + [10]
+    args = ["plan", "--sizes", ",".join(map(str, sizes)), "--max-memory", "256MiB", "--max-batch", "--epochs", "3",
+            "--blas-threads", "2"]
+    adam = json.loads(_run(*args, "--optimizer", "adam", "--json").stdout)
+    rows = {(r["strategy"], r["optimizer_in_backward"]): r for r in adam["largest"]}
+    fewer = [s for s in ("plain", "every_nth(2)", "sqrt") if rows[s, True]["batch"] < rows[s, False]["batch"]]
+    assert fewer == ["plain", "every_nth(2)", "sqrt"], rows
+    for s in fewer:                                # the cause, from the plans: shared gradients, one layer's held
+        kept = fastckpt.plan(sizes, rows[s, False]["batch"], strategy=s, optimizer="adam").bytes()
+        fused = fastckpt.plan(sizes, rows[s, True]["batch"], strategy=s, optimizer="adam",
+                              optimizer_in_backward=True).bytes()
+        assert kept["gradients"] + kept["shared_by_gradients"] == 0
+        assert fused["gradients"] == (512 * 784 + 512) * 8 and fused["shared_by_gradients"] == 0
+    assert adam["note"] == ("with adam the optimizer in backward still holds one layer's gradient, the largest "
+                            f"({(512 * 784 + 512) * 8 / MiB:.2f} MiB), beside the activations, while the kept "
+                            "gradients fit wholly in the memory the backward pass frees from the activations "
+                            "(shared_by_gradients in fastckpt plan): so plain, every_nth(2), sqrt fit a larger batch "
+                            "with the gradients kept; with SGD the optimizer in backward holds no gradient at all")
+    assert _run(*args, "--optimizer", "adam").stdout.splitlines()[-1] == "note: " + adam["note"]
+    sgd = json.loads(_run(*args, "--json").stdout)
+    assert sgd["note"] is None and all(r["batch"] >= rows[r["strategy"], False]["batch"] for r in sgd["largest"])

@@ -14,7 +14,7 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import describe_sizes
 from fastckpt.planner.curves import BATCH_LIMIT, depth_table, tradeoff
 from fastckpt.planner.pays import does_not_pay
-from fastckpt.planner.run import largest_batch, refuse_under_mkl
+from fastckpt.planner.run import NOT_AT_ONCE, largest_batch, refuse_under_mkl
 from fastckpt.planner.strategies import format_bytes
 from fastckpt.report import compare as report
 from fastckpt.report.measure import memray_peak
@@ -100,9 +100,26 @@ def show_plan(args):
     else:
         print(p.describe() + (f"\nnote: {note}" if note else ""))
         if whole is not None:
-            print(f"the whole run on {data_name(args.data)} ({args.epochs} epochs, as train runs it), predicted bytes:")
-            print("\n".join(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB" for name, value in whole.items()))
+            _print_whole_run(args, whole)
     return 0
+
+
+def _print_whole_run(args, whole):
+    """The whole run's parts, which add up to its total, the step's own parts indented below it."""
+    print(f"the whole run on {data_name(args.data)} ({args.epochs} epoch{'s' * (args.epochs != 1)}, as train runs "
+          "it), predicted bytes; the parts add up to the total:")
+    step = [(name[len("step: "):], value) for name, value in whole.items() if name.startswith("step: ")]
+    for name, value in whole.items():
+        if name.startswith("step: "):
+            if name != "step: total":
+                continue
+            print(f"  {'step':<24}{value:>14,} {value / 2**20:>11.3f} MiB")
+            print("\n".join(f"    {part:<22}{n:>14,} {n / 2**20:>11.3f} MiB" for part, n in step if part != "total"))
+        else:
+            print(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB")
+    if whole.get(NOT_AT_ONCE):
+        print(f"{NOT_AT_ONCE}: the step's BLAS job table (inside a GEMM), an evaluation and a save never meet; "
+              "only the largest counts")
 
 
 def show_max_batch(args):
@@ -119,11 +136,15 @@ def show_max_batch(args):
             batch, p, parts = found if found else (None, None, None)
             rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
                          "recompute_factor": p.recompute_factor if p else None,
-                         "whole_run_bytes": parts["total"] if parts else None})
+                         "whole_run_bytes": parts["total"] if parts else None,
+                         "gradient_bytes": p.bytes()["gradients"] if p else None,
+                         "unshared_gradient_bytes": p.bytes()["gradients"] + p.bytes()["shared_by_gradients"]
+                         if p else None})
+    note = fewer_in_backward(rows, args.optimizer)
     if args.json:
         print(json.dumps({"max_memory": args.max_memory, "sizes": list(args.sizes), "dtype": args.dtype,
                           "optimizer": args.optimizer, "epochs": args.epochs, "data": data_path(args.data),
-                          "largest": rows},
+                          "largest": rows, "note": note},
                          indent=2))
         return 0
     print(f"the largest batch whose whole train run ({args.epochs} epochs on {data_name(args.data)}) "
@@ -135,7 +156,28 @@ def show_max_batch(args):
         cells = (f"{r['batch']:>7}{r['recompute_factor']:>11.2f}{r['whole_run_bytes'] / 2**20:>15.2f}"
                  if r["batch"] else f"{'none':>7}")
         print(f"  {r['strategy']:<14}{update:<22}{cells}")
+    if note:
+        print(f"note: {note}")
     return 0
+
+
+def fewer_in_backward(rows, optimizer):
+    """Why the optimizer in backward fits a smaller batch than keeping the gradients, where it does: a stateful
+    optimizer in backward holds its largest layer's gradient beside the activations, while kept gradients go
+    into the memory the backward pass frees from the activations (NOTE [ Gradients in the arena ])."""
+    kept = {r["strategy"]: r for r in rows if not r["optimizer_in_backward"]}
+    fewer = [r for r in rows if r["optimizer_in_backward"] and r["batch"] and kept[r["strategy"]]["batch"]
+             and r["batch"] < kept[r["strategy"]]["batch"]]
+    if not fewer:
+        return None
+    shared = all(kept[r["strategy"]]["unshared_gradient_bytes"] == 0 for r in fewer)
+    return (f"with {optimizer} the optimizer in backward still holds one layer's gradient, the largest "
+            f"({fewer[0]['gradient_bytes'] / 2**20:.2f} MiB), beside the activations, "
+            + ("while the kept gradients fit wholly in the memory the backward pass frees from the activations "
+               "(shared_by_gradients in fastckpt plan)" if shared else
+               "while most of the kept gradients go into the memory the backward pass frees from the activations")
+            + f": so {', '.join(r['strategy'] for r in fewer)} fit{'s' * (len(fewer) == 1)} a larger batch with "
+            "the gradients kept; with SGD the optimizer in backward holds no gradient at all")
 
 
 def _measured(sizes, batch, dtype, strategy, fused):

@@ -53,6 +53,8 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # is (numpy's writer copies at most 16 MiB of one array at a time).  The step's workspace lives through
 # the run, so these add to it, but not to the step's BLAS job table, which lives only inside a GEMM.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
+NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table, an evaluation and a save but
+                                  # the largest: they are never held together, so the parts add up to the total
 RECORD_BYTES = 72          # one update's RSS (an int) and time (a float) in the lab's two lists
 SAVE_EXTRA = 64 * 1024     # the zip archive's buffers and the metadata of one save
 
@@ -82,7 +84,10 @@ def run_bytes(plan, training, test=None, *, updates, save=False):
 
     ``plan`` is the step's; ``training`` and ``test`` the (x, y) pairs the run reads; ``updates`` how
     many updates it makes (its result lists grow by one entry each); ``save``: whether it saves the
-    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak.
+    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak: the sum of the
+    entries before it but those of the step's parts (``step: total`` is their sum), one of which, ``not held at
+    once`` (zero or negative), takes off the step's BLAS job table, the evaluation and the save but the
+    largest of them, since the three are never held together.
     """
     (x, y), dtype, sizes = training, plan.dtype, plan.sizes
     parts = {"data": data_bytes(x, y, *(test or ()))}
@@ -99,10 +104,12 @@ def run_bytes(plan, training, test=None, *, updates, save=False):
         largest = max(n_out * n_in for n_in, n_out in zip(sizes[:-1], sizes[1:])) * item
         parts["saving"] = min(largest, 16 * 2**20) + SAVE_EXTRA
         after.append(parts["saving"])
-    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save
+    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save, and those
+    # two come one at a time: the largest of the three counts, and the others are taken off again
     blas = parts["step: blas"]
-    parts["total"] = parts["data"] + parts["step: total"] - blas + parts["staging"] + parts["records"] + \
-        max([blas, *after])
+    parts[NOT_AT_ONCE] = max([blas, *after]) - blas - sum(after)
+    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts["records"] + sum(after) + \
+        parts[NOT_AT_ONCE]
     return parts
 
 
