@@ -55,7 +55,7 @@ def say_before_training(args, run, state, training, test):
     schedule = parse_lr_schedule(run.lr_schedule)
     if state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
         print(f"fastckpt train: note: the --resume file's --lr-schedule {schedule} reached its eta_min "
-              f"{schedule.eta_min:g} at epoch {schedule.epochs}, so epochs {schedule.epochs}..{args.epochs - 1} "
+              f"{schedule.eta_min:g} at epoch {schedule.epochs + 1}, so epochs {schedule.epochs + 1}..{args.epochs} "
               f"train at {schedule.eta_min:g}; --lr-schedule 'cosine({args.epochs})' anneals over all "
               f"{args.epochs}", file=sys.stderr)
     return facts

@@ -91,7 +91,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
                 try:
                     losses.append(update(group, rate))
                 except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {epoch}, update {i}: {exc}") from exc
+                    raise FloatingPointError(f"training stopped at epoch {epoch + 1}/{first_epoch + epochs}, update "
+                                             f"{i + 1}/{len(groups)}: {exc}") from exc     # counted from 1, as the bar
                 updatetime.append(time.perf_counter() - t0)
                 if progress is not None:
                     progress(j, i + 1, len(groups))
