@@ -210,6 +210,9 @@ def test_profile_file_trains_the_saved_net_at_its_batch_and_refuses_a_flag_that_
         f"fastckpt profile: error: --activation would change the net FILE {str(tmp_path / 'n.npz')!r} holds; "
         "profile FILE trains it as saved: leave --activation out, or profile a new net with the flags and without "
         "FILE\n")
+    large = _run("profile", "--batch-size", "5000", "--out", str(tmp_path / "p"))
+    assert large.returncode == 2 and large.stderr == ("fastckpt profile: error: --batch-size 5000 is more than the "
+                                                      "4000 training samples of the embedded digits\n")
 
 
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):

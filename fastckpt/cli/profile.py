@@ -38,6 +38,9 @@ def profile(args):
     saved = load_net(args.file) if args.file is not None else None
     run, data = run_settings(args, saved)
     training, test = load_data(data, run.sizes)
+    if run.batch_size > len(training[0]):
+        raise ValueError(f"--batch-size {run.batch_size} is more than the {len(training[0])} training samples of "
+                         f"{data_name(data)}")
     if args.max_memory is not None:
         run.strategy = step_strategy(run, training, test, args.epochs, False)
     check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
