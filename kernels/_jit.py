@@ -9,10 +9,13 @@ next to the kernels: files there are unknown to pip, survive an uninstall and
 leave a ``fastckpt`` directory behind that shadows a later install.  Only
 fastckpt's kernels use this cache; other Numba code keeps its own caches.
 
-Numba checks a cached function against its own file only, but kernels call and
-inline kernels from other files.  So the cache directory is named after a
-digest of every kernel source file: change any of them and all are compiled
-afresh, never mixed with code compiled from the old sources.
+Numba checks a cached function against its own file only (its path, time and
+size), but kernels call and inline kernels from other files.  So the cache
+directory is named after a digest of every kernel source file, and that digest,
+not a file's path or time, is the entries' stamp: change any kernel and all are
+compiled afresh, never mixed with code compiled from the old sources, while two
+installs of the same sources (a copy in site-packages and an editable checkout)
+share one set of entries.
 
 NOTE [ Kernel cache ]
 A cache must never break a run or hand back the wrong code:
@@ -116,15 +119,20 @@ def _cache_class():
     locator_mixin, locator_base, impl_base, file_base, cache_base = bases
 
     class KernelCacheLocator(locator_mixin, locator_base):
-        """Places a kernel's files under the digest-named cache directory."""
+        """Places a kernel's files in the digest-named cache directory, keyed by nothing of where the sources
+        are installed: the same sources in another install (``pip install .``, then ``pip install -e .``) find
+        the same entries."""
 
         def __init__(self, py_func, py_file):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = os.path.join(_CACHE_DIR, self.get_suitable_cache_subpath(py_file))
+            self._cache_path = _CACHE_DIR
 
         def get_cache_path(self):
             return self._cache_path
+
+        def get_source_stamp(self):
+            return _SOURCES                   # not the file's path and time: the digest of every kernel's source
 
         @classmethod
         def from_function(cls, py_func, py_file):
@@ -224,6 +232,84 @@ def _cached(**flags):
     return decorate
 
 
+class CompileNotice:
+    """Says once per process, on stderr, that fastckpt's kernels are being compiled, when a compile has run for
+    :attr:`after` seconds: a first run on a machine (or after an upgrade) is otherwise silent for many seconds.
+
+    A listener of Numba's ``numba:compile`` events, which fire only when a kernel is compiled (not when it is
+    loaded from the cache); only fastckpt's kernels count.  The line is the same on a terminal and in a pipe;
+    ``FASTCKPT_COMPILE_NOTICE=0`` leaves it out.
+    """
+
+    after = 1.0
+    estimate = 15          # seconds the kernels of a first training step took to compile on a 2-core Zen 3
+
+    def __init__(self, stream=None):
+        import threading
+        self.stream = stream
+        self._lock = threading.Lock()
+        self.said = False
+        self._depth = 0
+        self._timer = None
+
+    def message(self):
+        return (f"fastckpt: compiling its kernels for this CPU, once (they are cached in {_CACHE_DIR}): "
+                f"~{self.estimate} s")
+
+    def on_start(self, event):
+        import threading
+        if not _is_ours(event) or self.said or os.environ.get("FASTCKPT_COMPILE_NOTICE", "1") == "0":
+            return
+        with self._lock:
+            self._depth += 1
+            if self._timer is None:
+                self._timer = threading.Timer(self.after, self._say)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def on_end(self, event):
+        if not _is_ours(event):
+            return
+        with self._lock:
+            self._depth = max(self._depth - 1, 0)
+            if self._depth == 0 and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _say(self):
+        import sys
+        with self._lock:
+            if self._depth == 0 or self.said:
+                return
+            self.said = True
+        stream = self.stream or sys.stderr
+        print(self.message(), file=stream, flush=True)
+
+    def forget_threads(self):
+        """In a forked child: the timer thread is the parent's alone."""
+        self._lock = type(self._lock)()
+        self._depth, self._timer = 0, None
+
+
+def _is_ours(event):
+    dispatcher = event.data.get("dispatcher")
+    module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
+    return module.startswith(("fastckpt.kernels", "kernels."))
+
+
+def _listen(notice):
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            notice.on_start(ev)
+
+        def on_end(self, ev):
+            notice.on_end(ev)
+    event.register("numba:compile", Listener())
+    os.register_at_fork(after_in_child=notice.forget_threads)
+
+
 _SOURCES = _sources_digest()
 _CACHE_DIR = _cache_root()
 _KernelCache = None
@@ -236,8 +322,14 @@ if not numba.config.DISABLE_JIT:
         if _KernelCache is None:
             _say_uncached(_CACHE_DIR, f"numba {numba.__version__} caches differently than fastckpt expects")
 
+NOTICE = CompileNotice()
+if not numba.config.DISABLE_JIT:
+    _listen(NOTICE)
+
 #: Compiled once and cached on disk, GIL released so threads can run kernels at once.
 kernel = _cached(nogil=True, error_model="numpy", boundscheck=False)
 
-#: Small helpers that are inlined into the kernels that call them.
-inline = _cached(nogil=True, error_model="numpy", inline="always")
+#: Small helpers and steps shared by kernels: each compiled once and linked into the kernels that call it,
+#: where LLVM inlines it (and vectorises the loops it is called in).  Numba's own ``inline="always"`` copied
+#: and typed a helper's IR at every call site, which tripled the kernels' compile time.
+inline = _cached(nogil=True, error_model="numpy")

@@ -113,9 +113,15 @@ def _sigmoid32(x):
 @kernel
 def bias_sigmoid(z, b):
     """In place: ``z = sigmoid(z + b)``; z (batch, n), b (n,), both float64 or both float32."""
-    batch, n = z.shape
-    if b.shape[0] != n:
+    if b.shape[0] != z.shape[1]:
         raise ValueError("bias_sigmoid: bias and row differ in length")
+    sigmoid_rows(z, b)
+
+
+@inline
+def sigmoid_rows(z, b):
+    """:func:`bias_sigmoid` without its check, for the kernels that run a plan's ops."""
+    batch, n = z.shape
     for i in range(batch):
         zi = z[i]
         if z.itemsize == 4:
@@ -174,9 +180,15 @@ def _tanh32(x):
 @kernel
 def bias_tanh(z, b):
     """In place: ``z = tanh(z + b)``; z (batch, n), b (n,), both float64 or both float32."""
-    batch, n = z.shape
-    if b.shape[0] != n:
+    if b.shape[0] != z.shape[1]:
         raise ValueError("bias_tanh: bias and row differ in length")
+    tanh_rows(z, b)
+
+
+@inline
+def tanh_rows(z, b):
+    """:func:`bias_tanh` without its check."""
+    batch, n = z.shape
     for i in range(batch):
         zi = z[i]
         if z.itemsize == 4:
@@ -190,9 +202,15 @@ def bias_tanh(z, b):
 @kernel
 def bias_relu(z, b):
     """In place: ``z = max(z + b, 0)``, subnormal results flushed to 0 and NaN kept; z (batch, n), b (n,)."""
-    batch, n = z.shape
-    if b.shape[0] != n:
+    if b.shape[0] != z.shape[1]:
         raise ValueError("bias_relu: bias and row differ in length")
+    relu_rows(z, b)
+
+
+@inline
+def relu_rows(z, b):
+    """:func:`bias_relu` without its check."""
+    batch, n = z.shape
     tiny = smallest_normal(z)
     for i in range(batch):
         zi = z[i]
@@ -204,14 +222,16 @@ def bias_relu(z, b):
 @kernel
 def bias_activation(z, b, act, scratch):
     """In place: ``z = f(z + b)`` for the activation of code ``act``; scratch float64 (>= n,) for log-softmax."""
+    if b.shape[0] != z.shape[1] or (act == LOG_SOFTMAX and scratch.shape[0] < z.shape[1]):
+        raise ValueError("bias_activation: bias or scratch shorter than the row")
     if act == SIGMOID:
-        bias_sigmoid(z, b)
+        sigmoid_rows(z, b)
     elif act == TANH:
-        bias_tanh(z, b)
+        tanh_rows(z, b)
     elif act == RELU:
-        bias_relu(z, b)
+        relu_rows(z, b)
     elif act == LOG_SOFTMAX:
-        bias_log_softmax(z, b, scratch)
+        log_softmax_rows(z, b, scratch)
     else:
         raise ValueError("bias_activation: unknown activation code")
 
@@ -224,9 +244,15 @@ def bias_log_softmax(z, b, scratch):
 
     Exact for any finite logits (no overflow, no log of 0).  scratch float64 (>= n,).
     """
-    batch, n = z.shape
-    if scratch.shape[0] < n or b.shape[0] != n:
+    if scratch.shape[0] < z.shape[1] or b.shape[0] != z.shape[1]:
         raise ValueError("bias_log_softmax: scratch or bias shorter than the row")
+    log_softmax_rows(z, b, scratch)
+
+
+@inline
+def log_softmax_rows(z, b, scratch):
+    """:func:`bias_log_softmax` without its check."""
+    batch, n = z.shape
     for i in range(batch):
         zi = z[i]
         m = -np.inf

@@ -44,7 +44,7 @@ def gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
 
 
 @inline
-def _linear(a_in, w, a_out):
+def linear(a_in, w, a_out):
     """``a_out = a_in @ w.T`` after checking that the shapes chain."""
     batch, n_in = a_in.shape
     n_out = w.shape[0]
@@ -56,7 +56,7 @@ def _linear(a_in, w, a_out):
 @kernel
 def dense_forward(a_in, w, b, a_out):
     """``a_out = sigmoid(a_in @ w.T + b)``; a_in (batch, n_in), w (n_out, n_in), a_out (batch, n_out)."""
-    _linear(a_in, w, a_out)
+    linear(a_in, w, a_out)
     bias_sigmoid(a_out, b)
 
 
@@ -81,37 +81,105 @@ def _bias_sums(dz_out, acc):
 
 
 @inline
+def delta_gemm(w, dz_out, dz_in):
+    """``dz_in = dz_out @ w``: the layer below's delta before its activation's derivative."""
+    batch, n_in = dz_in.shape
+    gemm(NO_TRANS, NO_TRANS, batch, n_in, w.shape[0], 1.0, dz_out, w.shape[0], w, n_in, 0.0, dz_in, n_in)
+
+
+@inline
+def sigmoid_delta(a_in, dz_in):
+    """``dz_in *= a_in (1 - a_in)`` in float64, subnormals flushed to 0."""
+    tiny = smallest_normal(dz_in)
+    for i in range(dz_in.shape[0]):
+        ai = a_in[i]
+        di = dz_in[i]
+        for j in range(dz_in.shape[1]):
+            aij = np.float64(ai[j])               # float64 in Python too (NumPy 2 keeps float32)
+            v = np.float64(di[j]) * aij * (1.0 - aij)
+            di[j] = v if abs(v) >= tiny else 0.0
+
+
+@inline
+def tanh_delta(a_in, dz_in):
+    """``dz_in *= (1 - a_in) (1 + a_in)`` in float64, subnormals flushed to 0."""
+    tiny = smallest_normal(dz_in)
+    for i in range(dz_in.shape[0]):
+        ai = a_in[i]
+        di = dz_in[i]
+        for j in range(dz_in.shape[1]):
+            aij = np.float64(ai[j])
+            v = np.float64(di[j]) * ((1.0 - aij) * (1.0 + aij))
+            di[j] = v if abs(v) >= tiny else 0.0
+
+
+@inline
+def relu_delta(a_in, dz_in):
+    """``dz_in *= [a_in > 0]``, subnormals flushed to 0."""
+    tiny = smallest_normal(dz_in)
+    for i in range(dz_in.shape[0]):
+        ai = a_in[i]
+        di = dz_in[i]
+        for j in range(dz_in.shape[1]):
+            v = np.float64(di[j]) if ai[j] > 0 else 0.0
+            di[j] = v if abs(v) >= tiny else 0.0
+
+
+@inline
 def _delta_in(a_in, w, dz_out, dz_in, act_in):
     """dz_in = (dz_out @ w) * f'(a_in), f the activation of code ``act_in`` that made a_in: the delta of
     the layer below, subnormals flushed to 0."""
-    batch, n_in = a_in.shape
-    gemm(NO_TRANS, NO_TRANS, batch, n_in, w.shape[0], 1.0, dz_out, w.shape[0], w, n_in, 0.0, dz_in, n_in)
-    tiny = smallest_normal(dz_in)
     if act_in != SIGMOID and act_in != TANH and act_in != RELU:
         raise ValueError("dense_backward: the layer below has no derivative from its output")
-    for i in range(batch):
-        ai = a_in[i]
-        di = dz_in[i]
-        if act_in == RELU:
-            for j in range(n_in):
-                v = np.float64(di[j]) if ai[j] > 0 else 0.0
-                di[j] = v if abs(v) >= tiny else 0.0
-        elif act_in == TANH:
-            for j in range(n_in):
-                aij = np.float64(ai[j])
-                v = np.float64(di[j]) * ((1.0 - aij) * (1.0 + aij))
-                di[j] = v if abs(v) >= tiny else 0.0
-        else:
-            for j in range(n_in):
-                aij = np.float64(ai[j])               # float64 in Python too (NumPy 2 keeps float32)
-                v = np.float64(di[j]) * aij * (1.0 - aij)
-                di[j] = v if abs(v) >= tiny else 0.0
+    delta_gemm(w, dz_out, dz_in)
+    if act_in == RELU:
+        relu_delta(a_in, dz_in)
+    elif act_in == TANH:
+        tanh_delta(a_in, dz_in)
+    else:
+        sigmoid_delta(a_in, dz_in)
+
+
+@inline
+def layer_gradients(a_in, w, dz_out, scale, scratch, grad_w, grad_b, l2):
+    """``grad_b = scale * sum(dz_out)`` (summed in float64 in ``scratch``), ``grad_w = scale * dz_out^T a_in``
+    and ``+ l2 * w``."""
+    batch, n_in = a_in.shape
+    n_out = w.shape[0]
+    acc = scratch[:n_out]                              # (n_out,) float64 bias-gradient sums
+    _bias_sums(dz_out, acc)
+    for j in range(n_out):
+        grad_b[j] = scale * acc[j]
+    gemm(TRANS, NO_TRANS, n_out, n_in, batch, scale, dz_out, n_out, a_in, n_in, 0.0, grad_w, n_in)
+    if l2 != 0.0:
+        for r in range(n_out):
+            for c in range(n_in):
+                grad_w[r, c] += np.float64(l2) * np.float64(w[r, c])
+
+
+@inline
+def sgd_layer(a_in, w, b, dz_out, step, scratch, decay):
+    """``b -= step * sum(dz_out)``, ``w = (1 - decay) w - step * dz_out^T a_in``; True when both stay finite."""
+    batch, n_in = a_in.shape
+    n_out = w.shape[0]
+    acc = scratch[:n_out]
+    _bias_sums(dz_out, acc)
+    bad = 0
+    for j in range(n_out):
+        b[j] = b[j] - step * acc[j]
+        bad |= np.int64((b[j] - b[j]) != 0.0)
+    gemm(TRANS, NO_TRANS, n_out, n_in, batch, -step, dz_out, n_out, a_in, n_in, 1.0 - decay, w, n_in)
+    flat = w.ravel()
+    for k in range(flat.shape[0]):
+        v = flat[k]
+        bad |= np.int64((v - v) != 0.0)
+    return bad == 0
 
 
 @kernel
 def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
     """The output layer of a softmax net: ``a_out = log_softmax(a_in @ w.T + b)`` (log-probabilities)."""
-    _linear(a_in, w, a_out)
+    linear(a_in, w, a_out)
     bias_log_softmax(a_out, b, scratch)
 
 
@@ -120,7 +188,7 @@ def dense_forward_layer(a_in, w, b, act, scratch, a_out):
     """The one forward step of training, recomputation and inference: ``a_out = f(a_in @ w.T + b)``
     for the activation of code ``act`` (``SIGMOID``, ``TANH``, ``RELU``, or ``LOG_SOFTMAX`` for a
     softmax net's last layer); scratch float64 (>= n_out,)."""
-    _linear(a_in, w, a_out)
+    linear(a_in, w, a_out)
     bias_activation(a_out, b, act, scratch)
 
 
@@ -135,19 +203,9 @@ def dense_backward(a_in, w, dz_out, scale, scratch, grad_w, grad_b, dz_in, l2=0.
     ``act_in`` is the code of the activation that made ``a_in``.
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
-    batch, n_in = a_in.shape
-    n_out = w.shape[0]
-    if grad_w.shape[0] != n_out or grad_w.shape[1] != n_in or grad_b.shape[0] != n_out:
+    if grad_w.shape[0] != w.shape[0] or grad_w.shape[1] != w.shape[1] or grad_b.shape[0] != w.shape[0]:
         raise ValueError("dense_backward: gradient shapes do not match the layer")
-    acc = scratch[:n_out]                              # (n_out,) float64 bias-gradient sums
-    _bias_sums(dz_out, acc)
-    for j in range(n_out):
-        grad_b[j] = scale * acc[j]
-    gemm(TRANS, NO_TRANS, n_out, n_in, batch, scale, dz_out, n_out, a_in, n_in, 0.0, grad_w, n_in)
-    if l2 != 0.0:
-        for r in range(n_out):
-            for c in range(n_in):
-                grad_w[r, c] += np.float64(l2) * np.float64(w[r, c])
+    layer_gradients(a_in, w, dz_out, scale, scratch, grad_w, grad_b, l2)
     if dz_in.shape[0] > 0:
         _delta_in(a_in, w, dz_out, dz_in, act_in)
 
@@ -172,21 +230,8 @@ def dense_backward_sgd(a_in, w, b, dz_out, step, scratch, dz_in, decay=0.0, act_
     ``w`` or ``b`` holds a NaN or inf.
     """
     _check_backward(a_in, w, dz_out, scratch, dz_in)
-    batch, n_in = a_in.shape
-    n_out = w.shape[0]
-    if b.shape[0] != n_out:
+    if b.shape[0] != w.shape[0]:
         raise ValueError("dense_backward_sgd: bias shape does not match the layer")
     if dz_in.shape[0] > 0:
         _delta_in(a_in, w, dz_out, dz_in, act_in)
-    acc = scratch[:n_out]
-    _bias_sums(dz_out, acc)
-    bad = 0
-    for j in range(n_out):
-        b[j] = b[j] - step * acc[j]
-        bad |= np.int64((b[j] - b[j]) != 0.0)
-    gemm(TRANS, NO_TRANS, n_out, n_in, batch, -step, dz_out, n_out, a_in, n_in, 1.0 - decay, w, n_in)
-    flat = w.ravel()
-    for k in range(flat.shape[0]):
-        v = flat[k]
-        bad |= np.int64((v - v) != 0.0)
-    return bad == 0
+    return sgd_layer(a_in, w, b, dz_out, step, scratch, decay)

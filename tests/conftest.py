@@ -8,15 +8,30 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# which test first compiles a kind of kernel depends on the order tests run in: no compile notice on the stderr
+# they check, here or in the processes they start (tests/test_cache.py checks the notice itself)
+os.environ["FASTCKPT_COMPILE_NOTICE"] = "0"
 sys.path.insert(0, str(ROOT / "benchmarks"))   # the lab baseline lives there
 sys.path.insert(0, str(ROOT / "tests"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) and those training under a
+    """Tests that state facts about AVX-512 (``-m avx512``) are skipped on a CPU without it (:mod:`cpu`); a plain
+    ``pytest`` (no ``-m``) leaves out the ``slow`` ones, which ``pytest -m slow`` runs (:func:`mark_sweeps`).
+
+    Under MKL (FASTCKPT_BLAS=mkl) the memray-against-plan tests (``-m memory``) and those training under a
     whole-run bound (``-m bounds``, refused under MKL) are skipped: MKL keeps GEMM
     buffers of its own that no plan counts (NOTE [ MKL's own buffers ] in fastckpt/planner/run.py).  What holds
     under MKL is checked by tests/test_blas_backends.py from an OpenBLAS process."""
+    from cpu import skip_avx512_tests
+    skip_avx512_tests(items)
+    named = any("::" in arg for arg in config.args)   # a test asked for by name runs, slow or not
+    mark_sweeps(items, check=not named)
+    if not config.getoption("markexpr") and not named:   # plain ``pytest``: the long matrices wait for ``-m slow``
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     from fastckpt.kernels import blas_core
     if blas_core() != "mkl":
         return
@@ -25,6 +40,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "memory" in item.keywords or "bounds" in item.keywords:
             item.add_marker(skip)
+
+
+def mark_sweeps(items, check=True):
+    """``@pytest.mark.sweep("id", ..., first=N)`` on a parametrized test: the cases with those ids, and the first
+    ``N`` in collection order, run by default, the others only under ``-m slow`` (the long matrices: every
+    mode, strategy, dtype or core type).  With ``check``, a named id that no case has is an error, so renaming
+    a parameter cannot quietly drop a case from the default run."""
+    seen = {}
+    for item in items:
+        marker = item.get_closest_marker("sweep")
+        if marker is None:
+            continue
+        case = item.callspec.id if hasattr(item, "callspec") else ""
+        kept = seen.setdefault((item.path, item.originalname), (set(marker.args), set(), [0]))
+        kept[2][0] += 1
+        if case in kept[0]:
+            kept[1].add(case)
+        elif kept[2][0] > marker.kwargs.get("first", 0):
+            item.add_marker(pytest.mark.slow)
+    for (path, name), (named, found, _) in seen.items():
+        if check and named - found:
+            raise pytest.UsageError(f"{path.name}::{name}: sweep names cases it does not have: "
+                                    f"{', '.join(sorted(named - found))}")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,3 +116,23 @@ def jit_twins():
             results.append(json.loads(proc.stdout.splitlines()[-1]))
         return results
     return run
+
+
+@pytest.fixture
+def wrap_run_kernels(monkeypatch):
+    """``wrap_run_kernels(around)``: from then on each run kernel the engine calls runs as ``around(kernel,
+    *args)`` (the engine asks ``fastckpt.engine.engine.runner`` for its kernels at every step);
+    ``wrap_run_kernels(None)`` undoes it."""
+    import fastckpt.engine.engine as engine_module
+    real = engine_module.runner
+
+    def wrap(around):
+        if around is None:
+            monkeypatch.setattr(engine_module, "runner", real)
+            return
+
+        def runner(*a, **k):
+            kernel = real(*a, **k)
+            return lambda *args: around(kernel, *args)
+        monkeypatch.setattr(engine_module, "runner", runner)
+    return wrap

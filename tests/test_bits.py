@@ -123,7 +123,7 @@ _AVX2_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lz
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 vector registers")
 @pytest.mark.parametrize("target, register", [
     ({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": _AVX2_FEATURES}, "ymm"),
-    ({"NUMBA_CPU_NAME": "znver4"}, "zmm"),                  # (Skylake-X targets prefer ymm)
+    pytest.param({"NUMBA_CPU_NAME": "znver4"}, "zmm", marks=pytest.mark.avx512),   # (Skylake-X targets prefer ymm)
 ])
 def test_activations_compile_to_packed_vector_instructions(target, register):
     """Compiled (not run) for an AVX2 and an AVX-512 CPU: the exp's fused multiply-adds and the division

@@ -45,7 +45,9 @@ CASES = [[dtype, m, n, k, ta, tb, alpha, beta] for dtype in ("float64", "float32
 
 
 @pytest.mark.memory
-@pytest.mark.parametrize("coretype", ["", "Haswell", "SkylakeX", "Zen", "CooperLake", "Sandybridge"])
+@pytest.mark.parametrize("coretype", ["", "Haswell", pytest.param("SkylakeX", marks=pytest.mark.avx512), "Zen",
+                                      pytest.param("CooperLake", marks=pytest.mark.avx512), "Sandybridge"])
+@pytest.mark.sweep('')
 def test_the_model_says_which_gemms_malloc(coretype):
     if blas_threads() < 2:
         pytest.skip("BLAS runs on one thread here: no job table to predict")

@@ -87,6 +87,7 @@ def test_bad_arguments_get_one_line_and_exit_2(args, fragment):
 @pytest.mark.parametrize("command", ["train", "compare"])
 @pytest.mark.parametrize("case,fragment", [("truncated npz", "truncated.npz"), ("wrong label kind", "labels"),
                                            ("corrupt gzip", "train-images-idx3-ubyte.gz")])
+@pytest.mark.sweep(first=3)
 def test_damaged_data_gets_one_line_and_exit_2(bad_data, command, case, fragment):
     _one_line(_run(command, "--data", str(bad_data[case]), *NEVER_ENDS), 2, fragment)
 
@@ -98,6 +99,7 @@ def test_missing_data_is_refused_before_anything(tmp_path):
 
 @pytest.mark.parametrize("command,long", [("compare", NEVER_ENDS), ("analyze", []),
                                           ("profile", ["--steps", "100000000"])])
+@pytest.mark.sweep(first=1)
 def test_an_out_that_cannot_be_a_folder_is_refused_before_anything(tmp_path, command, long):
     in_the_way = tmp_path / "file"
     in_the_way.write_text("x")

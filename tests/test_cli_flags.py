@@ -21,6 +21,7 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
     (["--tensor-parallel", "--strategy", "revolve(2)"], "strategy revolve(2) does not apply to tensor parallelism, "
                                                         "which recomputes each dropped state once"),
 ])
+@pytest.mark.sweep(first=4)
 def test_a_flag_its_mode_does_not_use_is_refused(flags, said):
     proc = subprocess.run([*TRAIN, *flags], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("fastckpt train: error: ") and said in proc.stderr, \

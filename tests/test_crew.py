@@ -439,10 +439,9 @@ def test_a_child_forked_while_another_thread_updates_is_refused_not_hung(rng, ot
     assert "forked while another thread held this net's parameters" in message
 
 
-def test_a_second_interrupt_while_the_workers_end_leaves_no_worker_in_the_next_sum(rng, monkeypatch):
+def test_a_second_interrupt_while_the_workers_end_leaves_no_worker_in_the_next_sum(rng, monkeypatch, wrap_run_kernels):
     """Ctrl-C twice while the caller waited for worker 1: the second escaped with worker 1 still in the old
     job, which then added its stale gradient to the next update's sum (wrong bits, or Stopped, silently)."""
-    import fastckpt.engine.engine as engine
     import fastckpt.parallel.crew as crew
 
     xs, ys, xs2 = rng.random((2, 10, 200)), rng.random((2, 10, 10)), rng.random((2, 10, 200))
@@ -461,20 +460,19 @@ def test_a_second_interrupt_while_the_workers_end_leaves_no_worker_in_the_next_s
             left[0] -= 1
             raise KeyboardInterrupt
         return real(self, i, value, room, me)
-    run_ops = engine.run_ops
 
-    def late(*args):                                   # worker 1 still computes when the caller is interrupted
+    def late(kernel, *args):                           # worker 1 still computes when the caller is interrupted
         if threading.current_thread() is not threading.main_thread():
             time.sleep(0.2)
-        return run_ops(*args)
+        return kernel(*args)
     with DataParallel(nets[1], threads=2, adapt=False) as dp:
         dp.update_mini_batches(xs, ys, 0.1)
         monkeypatch.setattr(crew._Shared, "wait", wait)
-        monkeypatch.setattr(engine, "run_ops", late)
+        wrap_run_kernels(late)
         with pytest.raises(KeyboardInterrupt):
             dp.update_mini_batches(xs, ys, 0.1)
         monkeypatch.setattr(crew._Shared, "wait", real)
-        monkeypatch.setattr(engine, "run_ops", run_ops)
+        wrap_run_kernels(None)
         assert left == [0]
         np.testing.assert_array_equal(nets[1].params.flat, one)                   # the interrupted one: not applied
         dp.update_mini_batches(xs2, ys, 0.1)

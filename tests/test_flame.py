@@ -129,6 +129,6 @@ def test_a_training_step_s_picture_names_the_plan_s_parts_beside_the_code(tmp_pa
         net = fastckpt.NetworkWithCheckpointing([50, 40, 40, 40, 4], strategy="sqrt")
         net.update_mini_batch(x, y, 0.1)
     texts = " | ".join(labels(b.frame, b.width)[0] for b in capture_boxes(tmp_path / "step.bin", min_fraction=0))
-    for part in ("[parameters]", "[activations (and the gradients sharing them)]", "[deltas]"):
+    for part in ("[parameters]", "[workspace: activations and deltas (and the gradients sharing them)]"):
         assert part in texts, (part, texts)
     assert re.search(r"__init__ \[parameters\] \(fastckpt/core/params\.py:\d+\)  0\.\d\d MiB", texts), texts

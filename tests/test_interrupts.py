@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fastckpt.engine.engine as engine_module
 from fastckpt import Network, NetworkWithCheckpointing
 
 SIZES = [9, 8, 7, 6, 8, 5, 7, 4]
@@ -34,13 +33,14 @@ def _state(net):
 
 
 class Interrupter:
-    """Wraps ``run_ops``: once armed, a real SIGINT is raised as the next call returns; ``calls`` counts them."""
+    """Around the engine's run kernels: once armed, a real SIGINT is raised as the next call returns; ``calls``
+    counts them."""
 
-    def __init__(self, real):
-        self.real, self.calls, self.armed = real, 0, False
+    def __init__(self):
+        self.calls, self.armed = 0, False
 
-    def __call__(self, *args):
-        out = self.real(*args)
+    def __call__(self, kernel, *args):
+        out = kernel(*args)
         self.calls += 1
         if self.armed:
             self.armed = False
@@ -52,9 +52,9 @@ class Interrupter:
 
 
 @pytest.fixture
-def interrupter(monkeypatch):
-    wrapper = Interrupter(engine_module.run_ops)
-    monkeypatch.setattr(engine_module, "run_ops", wrapper)
+def interrupter(wrap_run_kernels):
+    wrapper = Interrupter()
+    wrap_run_kernels(wrapper)
     return wrapper
 
 
@@ -105,14 +105,13 @@ def test_an_ignored_sigint_stays_ignored(interrupter):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_step_in_another_thread_leaves_the_handlers_alone(monkeypatch):
+def test_a_step_in_another_thread_leaves_the_handlers_alone(wrap_run_kernels):
     ref, net, seen, errors = _net("momentum"), _net("momentum"), [], []
-    real = engine_module.run_ops
 
-    def looking(*args):
+    def looking(kernel, *args):
         seen.append(signal.getsignal(signal.SIGINT))
-        return real(*args)
-    monkeypatch.setattr(engine_module, "run_ops", looking)
+        return kernel(*args)
+    wrap_run_kernels(looking)
 
     def train():
         try:
@@ -136,17 +135,17 @@ import signal, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import test_interrupts as t
 import fastckpt.engine.engine as engine_module
-wrapper = t.Interrupter(engine_module.run_ops)
-engine_module.run_ops = wrapper
+real, wrapper = engine_module.runner, t.Interrupter()
+engine_module.runner = lambda *a: (lambda *args, kernel=real(*a): wrapper(kernel, *args))
 net = t._net("adam")
 net.update_mini_batch(*t._data(0), 0.05)
 runs = len(net._engine.workspace.runs)
 signal.signal(signal.SIGINT, signal.SIG_DFL)
-def counting(*args):
-    out = wrapper(*args)
+def counting(kernel, *args):
+    out = wrapper(kernel, *args)
     print(wrapper.calls, runs, flush=True)
     return out
-engine_module.run_ops = counting
+engine_module.runner = lambda *a: (lambda *args, kernel=real(*a): counting(kernel, *args))
 wrapper.arm()
 net.update_mini_batch(*t._data(1), 0.05)
 print("survived", flush=True)

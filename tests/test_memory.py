@@ -41,6 +41,14 @@ def _strategy(name, sizes, batch, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("net", list(NETS))
+@pytest.mark.sweep(
+    'deep-narrow-plain-f64-sgd-after',
+    'deep-narrow-revolve(3)-f32-sgd-in-backward',
+    'deep-narrow-budget-once-f64-sgd-in-backward',
+    'shallow-wide-sqrt-f32-sgd-after',
+    'shallow-wide-every_nth(2)-f64-sgd-in-backward',
+    'shallow-wide-budget-f32-sgd-after',
+)
 def test_memray_peak_is_the_predicted_peak(net, strategy, dtype, fused):
     sizes, batch = NETS[net]
     strategy = _strategy(strategy, sizes, batch, dtype)
@@ -82,6 +90,12 @@ def test_openblas_job_table_is_predicted_where_gemms_go_threaded(batch):
 @pytest.mark.parametrize("optimizer", ["momentum", "adam"])
 @pytest.mark.parametrize("strategy", ["plain", "sqrt", "fit"])
 @pytest.mark.parametrize("net", list(NETS))
+@pytest.mark.sweep(
+    'deep-narrow-sqrt-adam-in-backward',
+    'shallow-wide-fit-momentum-after',
+    'deep-narrow-fit-adam-after',
+    'shallow-wide-plain-momentum-in-backward',
+)
 def test_memray_peak_counts_the_optimizer_state(net, strategy, optimizer, fused):
     """The velocity, or Adam's m and v, are buffers the size of the parameters: the plan's optimizer_state.
     In the backward pass the gradients shrink to the largest layer's."""

@@ -56,6 +56,7 @@ def gone(pid):
     (["--loss", "cross_entropy"], "loss quadratic on rank 0, cross_entropy on rank 1"),
     (["--sizes", "784,40,10"], "sizes [784, 40, 30, 10] on rank 0, [784, 40, 10] on rank 1"),
 ], ids=["batch", "eta", "epochs", "seed", "strategy", "loss", "sizes"])
+@pytest.mark.sweep(first=2)
 def test_ranks_started_with_different_settings_are_refused_by_rank_0(other, message):
     base = [*TRAIN, "--epochs", "1"]
     code, out, err, seconds = mpiexec("-n", "1", *base, ":", "-n", "1", *base, *other)
@@ -71,6 +72,7 @@ def test_ranks_started_with_different_settings_are_refused_by_rank_0(other, mess
     (["--sizes", "100,10"], "fastckpt train: error: --sizes 100,10 do not fit the data"),          # past the guard
     (["--batch-size", "x"], "fastckpt train: error: argument --batch-size: must be an integer, got 'x'"),
 ], ids=["data", "sizes", "argument"])
+@pytest.mark.sweep(first=2)
 def test_a_rank_that_fails_before_training_ends_the_job_with_one_line(rank, bad, message):
     good, bad = [*TRAIN, "--epochs", "50"], [*TRAIN, "--epochs", "50", *bad]
     code, out, err, seconds = mpiexec("-n", "1", *(bad if rank == 0 else good), ":",

@@ -17,6 +17,7 @@ MODES = {"mpi": (["--mpi"], "data parallel (--mpi)"), "pipeline": (["--pipeline"
 
 @pytest.mark.parametrize("first, second", [("mpi", "pipeline"), ("pipeline", "mpi"), ("mpi", "tensor"),
                                            ("tensor", "mpi"), ("pipeline", "tensor")])
+@pytest.mark.sweep(first=2)
 def test_ranks_in_different_modes_are_refused_in_one_line(first, second):
     (flags0, mode0), (flags1, mode1) = MODES[first], MODES[second]
     code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, *flags0, ":", "-n", "1", *FASTCKPT, *flags1)
@@ -59,6 +60,7 @@ CASES = {   # (trainer, constructor, rank whose data is spoiled, how, what that 
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.sweep(first=2)
 def test_a_nan_only_one_rank_reads_is_refused_on_every_rank(tmp_path, case):
     trainer, make, bad_rank, spoil, message = CASES[case]
     script = textwrap.dedent(SCRIPT.format(trainer=trainer, make=make, bad_rank=bad_rank, spoil=spoil))
@@ -99,6 +101,7 @@ def test_a_save_that_fails_on_rank_0_is_raised_on_every_rank(tmp_path):
 
 
 @pytest.mark.parametrize("other", [["plan"], ["--version"], ["train", "--mpi", "--help"], ["compare"]])
+@pytest.mark.sweep(first=2)
 def test_a_command_that_is_not_a_training_rank_ends_the_job_instead_of_leaving_it_waiting(other):
     code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, "--mpi", ":", "-n", "1", sys.executable, "-m",
                                       "fastckpt", *other)
@@ -167,6 +170,7 @@ USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))
 
 
 @pytest.mark.parametrize("mode", list(USER_TRAINERS))
+@pytest.mark.sweep(first=1)
 def test_a_user_script_raising_on_one_rank_ends_the_job_with_its_traceback(tmp_path, mode):
     trainer, make, update = USER_TRAINERS[mode]
     script = USER_SCRIPT_RAISES.format(trainer=trainer, make=make, update=update, switch="", raises=True)
@@ -178,6 +182,7 @@ def test_a_user_script_raising_on_one_rank_ends_the_job_with_its_traceback(tmp_p
 
 
 @pytest.mark.parametrize("switch", ["fastckpt.distributed.abort_on_uncaught(False)", "environment"])
+@pytest.mark.sweep('environment')
 def test_the_abort_on_an_uncaught_exception_can_be_turned_off(tmp_path, switch):
     """Off, every rank raising leaves as Python does (exit 1, no abort line); on, the same job aborts (exit 2)."""
     trainer, make, update = USER_TRAINERS["mpi"]

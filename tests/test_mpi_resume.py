@@ -33,6 +33,7 @@ def _train(mode, *args):
 
 @needs_mpi
 @pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.sweep('mpi')
 def test_a_resumed_run_is_the_unbroken_run_bit_for_bit(mode, tmp_path):
     whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
     _train(mode, "--epochs", "2", "--save", str(whole))

@@ -40,6 +40,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_the_kernels_as_python_give_the_compiled_numbers(jit_twins):
     compiled, python = jit_twins(SCRIPT)
     assert python["jit_disabled"] and python["python_kernel"] and not compiled["jit_disabled"]

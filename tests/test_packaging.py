@@ -22,6 +22,7 @@ def test_wheel_contains_kernels_and_data(tmp_path):
     assert not any(n.startswith("kernels/") for n in names)   # no top-level 'kernels' to clash
 
 
+@pytest.mark.slow
 def test_kernel_cache_stays_out_of_the_package(tmp_path):
     """Numba cache files beside the kernels would survive `pip uninstall` and shadow a later install."""
     env = dict(__import__("os").environ, FASTCKPT_CACHE_DIR=str(tmp_path))

@@ -66,6 +66,7 @@ CASES = {
 
 @needs_mpi
 @pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.sweep('2')
 def test_pipelines_equal_one_process_on_the_same_minibatches(ranks, tmp_path):
     cases = [dict(case, out=str(tmp_path / f"{k}.npz")) for k, case in enumerate(CASES[ranks])]
     _job(ranks, cases)
@@ -90,6 +91,7 @@ def assert_equal_one_process(cases):
 
 @needs_mpi
 @pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.sweep('2')
 def test_zb1_trains_bit_for_bit_as_1f1b(ranks, tmp_path):
     """zb1 runs 1F1B's passes with each weight gradient put off, summed in the same order: the same bits."""
     base = dict(sizes=DEEP, micro=2 * ranks, batch=24, strategy="sqrt", loss="cross_entropy", l2=0.01,
@@ -143,6 +145,7 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
 
 @needs_mpi
 @pytest.mark.memory
+@pytest.mark.slow
 def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
     """2 data-parallel replicas of 2 stages: each rank's plan counts the Allreduce's temporary too."""
     cases = [dict(sizes=[784] + [256] * 8 + [10], batch=256, micro=4, schedule="1f1b", strategy=strategy,
@@ -159,6 +162,7 @@ def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
 @needs_mpi
 @pytest.mark.parametrize("ranks, grid", [(4, ["--schedule", "1f1b"]), (8, ["--tensor-parallel", "--schedule", "zb1"])],
                          ids=["2x2", "2x2x2"])
+@pytest.mark.sweep('2x2')
 def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path, ranks, grid):
     """--data-parallel 2 x --pipeline 2 on 4 ranks, and with its stages split over 2 tensor ranks each on 8:
     the net (and Adam state) of one process on the same minibatches."""
@@ -204,6 +208,7 @@ def test_checkpointing_inside_stages_lowers_their_peak(tmp_path):
 @needs_mpi
 @pytest.mark.parametrize("net", [[], ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.001",
                                       "--sizes", "784,48,32,24,10"]], ids=["lab", "relu-he-adam"])
+@pytest.mark.sweep('lab')
 def test_cli_pipeline_trains_like_one_process(tmp_path, net):
     """Each stage its own layers' activation, initial draw and optimizer state, as one process has them."""
     outs = [tmp_path / "pipe.npz", tmp_path / "one.npz"]

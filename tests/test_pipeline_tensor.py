@@ -28,6 +28,7 @@ CASES = [dict(sizes=DEEP, schedule="gpipe", micro=3, batch=24, strategy="plain")
 
 @needs_mpi
 @pytest.mark.parametrize("data", [1, 2], ids=["1x2x2", "2x2x2"])
+@pytest.mark.sweep('1x2x2')
 def test_tensor_parallel_stages_equal_one_process(data, tmp_path):
     """Odd and even layer counts per stage (first layer row- or column-split), every schedule, with and without
     checkpointing inside, SGD and Adam: the weights of one process to 1e-10, the same initial draw."""
@@ -52,6 +53,7 @@ def test_tensor_parallel_zb1_trains_bit_for_bit_as_1f1b(tmp_path):
 @needs_mpi
 @pytest.mark.memory
 @pytest.mark.parametrize("data", [1, 2], ids=["1x2x2", "2x2x2"])
+@pytest.mark.sweep('1x2x2')
 def test_each_shards_memray_peak_is_its_plan(data, tmp_path):
     """Each rank's peak is its plan to 80 KiB (the Python objects a trainer makes: ~40 KB; 128 KiB for the first
     case measured in the job, which carries ~45 KB more), and fit(bytes)'s

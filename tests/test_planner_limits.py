@@ -185,6 +185,7 @@ def test_revolve_trees_are_the_old_ones_on_medium_chains(rng):
             assert revolve_tree(flops, w, slots) == _Old.revolve(flops, w, slots), (sizes, slots)
 
 
+@pytest.mark.slow
 def test_budget_fronts_are_the_old_ones_on_medium_chains(rng):
     for _ in range(12):
         sizes, flops, w = _medium_chain(rng, 8, 24)
@@ -194,6 +195,7 @@ def test_budget_fronts_are_the_old_ones_on_medium_chains(rng):
         assert least_peak(multi_front, flops, w) == peaks[0]
 
 
+@pytest.mark.slow
 def test_once_fronts_are_the_old_ones_on_medium_chains(rng):
     for _ in range(15):
         sizes, flops, w = _medium_chain(rng, 10, 60)
@@ -271,6 +273,7 @@ def test_a_search_whose_tables_cannot_fit_is_refused_before_it_allocates():
     assert plain < 1000 * len(sizes)
 
 
+@pytest.mark.slow
 def test_analyze_at_3000_layers_refuses_the_searches_it_cannot_finish_and_goes_on():
     proc = subprocess.run([sys.executable, "-m", "fastckpt", "analyze", "--depths", "3000", "--measure", "1",
                            "--strategies", "plain,sqrt,revolve(4)", "--json"], capture_output=True, text=True)

@@ -35,6 +35,7 @@ def _rng_equal(a, b):
 # -- save -> load -> go on ----------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("kind", ["plain", "revolve(1)", "every_nth(2)-in-backward"])
+@pytest.mark.sweep('plain-float64', 'every_nth(2)-in-backward-float32')
 def test_save_load_and_go_on_equals_the_uninterrupted_run(tmp_path, rng, dtype, kind):
     x, y = _data(rng)
     strategy = kind.split("-")[0]
@@ -282,6 +283,7 @@ def _train(*args, cwd):
                                          ("float32", ["--strategy", "revolve(1)", "--loss", "cross_entropy"]),
                                          ("float64", ["--strategy", "sqrt", "--threads", "2"])],
                          ids=["f64-sqrt", "f32-revolve", "f64-threads"])
+@pytest.mark.sweep(first=2)
 def test_train_resume_goes_on_bit_for_bit(tmp_path, dtype, extra):
     common = ["--dtype", dtype, "--eta", "0.5", *extra]
     whole = _train("--epochs", "3", "--save", "whole.npz", *common, cwd=tmp_path)
@@ -436,6 +438,7 @@ def test_save_refuses_what_it_cannot_write_and_keeps_links_and_permissions(tmp_p
     ({"data": 5}, "needs data as a string or null, got 5"),
     ({"rng": None}, "lacks numpy.random's state"),
 ])
+@pytest.mark.sweep(first=3)
 def test_resume_checks_every_field_of_the_training_state(tmp_path, change, message):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
     path = tmp_path / "p.npz"

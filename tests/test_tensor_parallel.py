@@ -379,6 +379,7 @@ def test_a_non_finite_loss_is_a_floating_point_error_on_every_rank_with_weights_
     (dict(sizes=[784, 40, 10], dtype="float16"), "TypeError: dtype must be float32 or float64, got 'float16'"),
     (dict(sizes=[784, 40, 10], l2=[0.1]), "ValueError: l2 must be one number or one per layer (2), got 1 values"),
 ], ids=["narrow-layer", "eta", "x-shape", "dtype", "l2"])
+@pytest.mark.sweep(first=2)
 def test_a_bad_argument_is_the_same_clear_error_on_every_rank(driver, tmp_path, case, message):
     code, out, err, seconds = run(driver, 2, {"out": str(tmp_path), "cases": {"bad": dict(case, batches=[10])}})
     assert code != 0 and seconds < LIMIT
@@ -443,6 +444,7 @@ def test_a_dying_rank_ends_the_run_within_bounded_time(driver, tmp_path):
                                       "--sizes", "784,48,32,24,10"], ["--data-parallel", "2"],
                                  ["--strategy", "sqrt", "--sizes", "784,48,40,32,24,16,10"]],
                          ids=["lab", "tanh-xavier-momentum", "2x2-grid", "sqrt"])
+@pytest.mark.sweep('lab', '2x2-grid')
 def test_cli_tensor_parallel_trains_like_one_process(tmp_path, net):
     outs = [tmp_path / "tp.npz", tmp_path / "one.npz"]
     # 10 updates: over hundreds, summation-order differences grow chaotically in one process too

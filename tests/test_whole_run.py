@@ -37,6 +37,7 @@ def fashion_shaped(tmp_path_factory):
 
 
 @pytest.mark.parametrize("strategy", ["plain", "sqrt"])
+@pytest.mark.sweep('plain')
 def test_a_whole_sgd_run_peaks_where_run_bytes_says(strategy):
     rng = np.random.default_rng(1)
     sizes, batch = [784, 256, 256, 256, 256, 10], 256
@@ -59,6 +60,7 @@ def test_a_whole_sgd_run_peaks_where_run_bytes_says(strategy):
     assert predicted["data"] == 70_000 * 784 + 60_000 + 10_000 * 8       # bytes, and int64 test labels
 
 
+@pytest.mark.slow
 def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(fashion_shaped, tmp_path, capsys):
     common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "1024", "--data",
               str(fashion_shaped)]
@@ -82,6 +84,7 @@ def test_a_whole_train_run_peaks_where_plan_data_says_and_max_memory_bounds_it(f
 
 
 @pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+@pytest.mark.sweep('adam')
 def test_a_saved_run_holds_no_copy_of_the_optimizer_state(optimizer, tmp_path, capsys):
     """--save writes the state from where it is: the whole run's peak is the plan's with its save counted."""
     from fastckpt.cli.data import load_data

@@ -43,7 +43,7 @@ def check_activation(activation, n_layers):
 
 def state_codes(activation, loss):
     """(L + 1,) int64: the code of the activation that makes each state ``a[j]``, as
-    :func:`fastckpt.kernels.run_ops` takes it; ``a[0]``, the input, is given ``SIGMOID``.
+    a run kernel (:mod:`fastckpt.kernels.runs`) takes it; ``a[0]``, the input, is given ``SIGMOID``.
 
     ``activation`` holds the L - 1 hidden layers' names; the output is ``LOG_SOFTMAX``
     with ``loss="cross_entropy"``, else the sigmoid of the quadratic loss.

@@ -149,8 +149,13 @@ class OptimizerState:
 
     def __init__(self, optimizer, params):
         self.optimizer = parse_optimizer(optimizer)
-        self.buffers = [params.new_buffer() for _ in range(self.optimizer.slots)]
+        self.state = np.zeros((self.optimizer.slots, params.flat.shape[0]), dtype=params.flat.dtype)   # a row each
         self._steps = np.zeros(1, dtype=np.int64)      # counted by the step kernel itself (apply)
+
+    @property
+    def buffers(self):
+        """The state buffers, one per slot (Adam's ``m`` and ``v``): views of the rows of :attr:`state`."""
+        return list(self.state)
 
     @property
     def steps(self):
@@ -164,6 +169,9 @@ class OptimizerState:
     def __setstate__(self, state):
         if "steps" in state:                            # pickled before the count was an array
             state = dict(state, _steps=np.array([state.pop("steps")], dtype=np.int64))
+        if "buffers" in state:                          # pickled before the buffers were rows of one array
+            buffers = state.pop("buffers")
+            state["state"] = np.array(buffers) if buffers else np.zeros((0, 0))
         self.__dict__.update(state)
 
     @property
@@ -197,18 +205,18 @@ class OptimizerState:
                                          "weights and state left unchanged")
 
     def kernel_args(self):
-        """``(hyper, state1, state2)`` of the next step, for the step kernel's optimizer in the backward
-        pass (:func:`fastckpt.kernels.run_ops`); ``hyper`` is empty for SGD."""
-        opt, empty = self.optimizer, np.zeros(0, dtype=self.buffers[0].dtype if self.buffers else np.float64)
+        """``(hyper, state)`` of the next step, for a run kernel's optimizer in the backward pass
+        (:mod:`fastckpt.kernels.runs`): the hyper-parameters (:func:`fastckpt.kernels.optimizers.layer_step`;
+        none for SGD) and the (slots, n) state."""
+        opt = self.optimizer
         if opt.slots == 0:
-            return np.zeros(0), empty, empty
+            return (), self.state
         if isinstance(opt, Momentum):
-            return np.array([MOMENTUM, opt.momentum, float(opt.nesterov)]), self.buffers[0], empty
+            return (MOMENTUM, opt.momentum, float(opt.nesterov)), self.state
         t = self.steps + 1
         beta1, beta2 = opt.betas
-        hyper = [ADAM, beta1, beta2, opt.eps, opt.weight_decay, float(opt.decoupled), 1.0 - beta1 ** t,
-                 1.0 - beta2 ** t]
-        return np.array(hyper), self.buffers[0], self.buffers[1]
+        return (ADAM, beta1, beta2, opt.eps, opt.weight_decay, float(opt.decoupled), 1.0 - beta1 ** t,
+                1.0 - beta2 ** t), self.state
 
     def arrays(self, sizes, copy=True):
         """``{state name: (weights, biases)}``: each buffer in the lab's shapes, (n_out, n_in) and (n_out, 1)

@@ -11,7 +11,7 @@ parallelism and pipeline stages use nothing else.
 The workspace (activations, deltas, scratch, and the gradients at the top of
 the activations' arena) is allocated once per plan and reused for every step;
 a smaller batch uses leading rows of the same buffers.  A step is one call of
-the kernel ``run_ops`` per run of the plan's ops (a segment); inference
+a run kernel (:func:`fastckpt.kernels.runner`) per run of the plan's ops (a segment); inference
 (:func:`fastckpt.engine.inference.forward`) runs the same forward kernel.
 """
 import threading
@@ -21,9 +21,9 @@ import numpy as np
 from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import check_eta, check_finite, check_l2
 from fastckpt.core.interrupts import whole
-from fastckpt.core.layout import layer_views, layout_array, param_layout
+from fastckpt.core.layout import layer_views, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
-from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, new_gate, run_ops
+from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, Floats, Ints, Net, Table, new_gate, runner
 
 from .sharing import tick
 from .workspace import Workspace
@@ -50,23 +50,18 @@ class Engine:
 
     def __init__(self, plan, loss="quadratic", l2=0.0, activation="sigmoid"):
         self.plan = plan
-        self.workspace = Workspace(plan)
-        self.forward_counts = [0] * plan.n_layers
-        self.trace = None                        # set to a list to record (op, layer) events
-        self._counts = np.zeros(plan.n_layers, dtype=np.int64)
-        self._trace = np.full((len(self.workspace.table), 2), -1, dtype=np.int64)
-        self._layout = layout_array(plan.sizes, plan.itemsize)
-        self._sizes = np.array(plan.sizes, dtype=np.int64)
-        self._no_blocks = np.zeros((0, 2), dtype=np.int64)
-        self._no_state = (np.zeros(0), np.zeros(0, dtype=plan.dtype), np.zeros(0, dtype=plan.dtype))
-        self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))   # whole backward ops
-        self.gate, self.me = new_gate(), 0       # a crew's gate and this engine's thread in it (kernels.sync)
         self.loss = check_loss(loss)
         self.softmax = loss == "cross_entropy"   # log-softmax output and cross-entropy, else sigmoid and quadratic
         self.l2 = check_l2(l2, plan.n_layers)
-        self.l2_array = np.array(self.l2, dtype=np.float64)
         self.activation = check_activation(activation, plan.n_layers)
         self.acts = state_codes(self.activation, self.loss)      # (L + 1,) codes of the states' activations
+        self.codes = set(self.acts[1:].tolist())                  # those a whole net's ops use
+        self.workspace = Workspace(plan, self.acts)
+        self.workspace.floats[Floats.L2:Floats.L2 + plan.n_layers] = self.l2
+        self.forward_counts = [0] * plan.n_layers
+        self.trace = None                        # set to a list to record (op, layer) events
+        self._no_state = np.zeros((0, 0), dtype=plan.dtype)
+        self.gate, self.me = new_gate(), 0       # a crew's gate and this engine's thread in it (kernels.sync)
         self._grad = None                        # gradients outside the arena, made on first need
         self._busy = threading.Lock()
 
@@ -110,7 +105,7 @@ class Engine:
                 raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
         mode = 0 if out is None else 2 if add else 1
         with self._running():
-            return self._run(params, x, y, names, self.grad, None, out, params.blocks, mode, cuts=cuts, after=after)
+            return self._run(params, x, y, names, self.grad, None, out, mode, cuts=cuts, after=after)
 
     def sgd(self, params, x, y, eta, *, names=("x", "y")):
         """One SGD step on ``(x, y)``, in place; returns the mean loss.
@@ -177,6 +172,11 @@ class Engine:
         exc.layers_updated = layer < top or state is None
         return exc
 
+    def kernel(self, mode, accumulate=False):
+        """The run kernel of this engine's activations for ``mode`` (:data:`fastckpt.kernels.MODES`), made for
+        adding into an accumulator with ``accumulate`` (NOTE [ Run kernels made to measure ])."""
+        return runner(self.codes, mode, accumulate)
+
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2``."""
         return l2_penalty(self.l2, weights)
@@ -198,36 +198,36 @@ class Engine:
                                "give each thread its own Engine")
         return self._busy
 
-    def _run(self, params, x, y, names, grads, eta, acc=None, blocks=None, acc_mode=0, state=None, cuts=(),
-             after=None):
+    def _run(self, params, x, y, names, grads, eta, acc=None, acc_mode=0, state=None, cuts=(), after=None):
         """One pass over the plan, a kernel call per run of ops (:attr:`Workspace.runs`).  With
         ``eta``, each layer's update (SGD, or ``state``'s optimizer) is applied as soon as its
         gradient is final (optimizer in backward); else the gradients go to the flat buffer
-        ``grads``, and their ``blocks`` are copied (``acc_mode`` 1) or added (2) to ``acc`` at the end."""
+        ``grads``, and their weight and bias blocks are copied (``acc_mode`` 1) or added (2) to ``acc``
+        at the end."""
         tick()                                                # NOTE [ Threads on a shared machine ]
-        plan = self.plan
-        xb, yb = self.workspace.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
-        flat = params.flat
-        weights = params.layers()[0]
-        scale = 1.0 / xb.shape[0]
-        penalty = self.penalty(weights)
-        ws, counts, trace = self.workspace, self._counts, self._trace
-        counts[:] = 0
-        trace[:] = -1
+        plan, ws = self.plan, self.workspace
+        xb, yb = ws.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
         sgd = eta is not None
+        floats, ints, table, net = ws.floats, ws.ints, ws.table, ws.net
+        floats[Floats.SCALE], floats[Floats.ETA], floats[Floats.PENALTY] = 1.0 / xb.shape[0], eta if sgd else 0.0, \
+            self.penalty(params.layers()[0])
+        hyper, state_rows = ((), self._no_state) if state is None else state.kernel_args()
+        floats[Floats.HYPER:Floats.HYPER + len(hyper)] = hyper
+        ints[Ints.ACC_MODE], ints[Ints.ME], ints[Ints.LAYER_GRAD_AT] = acc_mode, self.me, ws.layer_grad_at
+        net[:, Net.COUNT] = 0
+        table[:, Table.RAN] = 0
         grads = grads if grads is not None else ws.deltas[:0]
-        if acc is None:
-            acc, blocks = grads, self._no_blocks
-        hyper, state1, state2 = self._no_state if state is None else state.kernel_args()
+        acc = grads if acc is None else acc
+        mode = "gradients" if not sgd else "sgd" if state is None else \
+            "momentum" if state.optimizer.name == "momentum" else "adam"
+        run_ops = self.kernel(mode, acc_mode != 0)
         loss = np.nan
         runs = ws.runs if not cuts else [(max(lo, a), min(hi, b)) for lo, hi in ws.runs
-                                         for a, b in zip((0, *cuts), (*cuts, len(ws.table))) if max(lo, a) < min(hi, b)]
+                                         for a, b in zip((0, *cuts), (*cuts, len(table))) if max(lo, a) < min(hi, b)]
         for first, (lo, hi) in enumerate(runs):
-            status, part = run_ops(ws.table, lo, hi, xb, yb, flat, grads, self._layout, self._sizes,
-                                   ws.activations, ws.deltas, ws.scratch, scale, sgd, eta if sgd else 0.0,
-                                   self.l2_array, self.acts, penalty, first == 0, counts, trace,
-                                   acc, acc_mode, blocks, hyper, state1, state2, ws.layer_grad, *self._no_stash,
-                                   self.gate, self.me)
+            ints[Ints.LO], ints[Ints.HI], ints[Ints.CHECK] = lo, hi, first == 0
+            status, part = run_ops(table, net, ints, floats, xb, yb, params.flat, grads, ws.work, state_rows, acc,
+                                   self.gate)
             loss = part if part == part else loss                  # not NaN
             if status == BAD_INPUT:
                 check_finite(xb, names[0])
@@ -239,8 +239,9 @@ class Engine:
                 raise self._bad_update(status - BAD_UPDATE, state)
             if after is not None:
                 after(hi)
-        self.forward_counts[:] = counts.tolist()
+        self.forward_counts[:] = net[:-1, Net.COUNT].tolist()
         if self.trace is not None:
             names_of = ("fwd", "loss", "bwd")
-            self.trace.extend((names_of[k], int(layer)) for k, layer in trace if k >= 0)
+            ran = table[table[:, Table.RAN] == 1]
+            self.trace.extend((names_of[k], int(layer)) for k, layer in ran[:, [Table.KIND, Table.LAYER]])
         return loss

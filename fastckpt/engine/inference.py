@@ -1,20 +1,56 @@
 """Inference: the forward pass outside training, and accuracy counted in chunks of rows.
 
-Both run the forward kernel that training runs, ``dense_forward_layer``, so
-predictions are bit-identical to the activations a training step computes.
-:class:`ChunkedForward` runs the whole net over at most ``EVAL_CHUNK`` rows at a
-time through buffers made once per call (an input staging buffer and two that the
-layers alternate between), so evaluating or predicting on any number of rows raises
-the peak by :func:`fastckpt.planner.run.inference_bytes`, whatever the depth.
+Both run the forward ops of a table on a run kernel (:func:`fastckpt.kernels.runner`, its
+``"forward"`` mode), the same steps a training step's forward ops run, so predictions are
+bit-identical to the activations a training step computes.  :class:`ChunkedForward` runs the
+whole net over at most ``EVAL_CHUNK`` rows at a time through buffers made once per call (an
+input staging buffer and two that the layers alternate between), so evaluating or predicting
+on any number of rows raises the peak by :func:`fastckpt.planner.run.inference_bytes`, whatever
+the depth.
 """
 import numpy as np
 
 from fastckpt.core.checks import check_finite
 from fastckpt.data.images import Images
-from fastckpt.kernels import LOG_SOFTMAX, dense_forward_layer
+from fastckpt.kernels import FWD, LOG_SOFTMAX, N_INTS, Ints, float_record_elems, new_gate, runner
 from fastckpt.planner.run import EVAL_CHUNK
 
+from .workspace import net_table
+
 __all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "stage_rows"]
+
+
+class Forward:
+    """Layers ``start..end-1`` of a net with ``params`` and state activation codes ``acts`` (L + 1,), each
+    writing its (up to ``rows``, width) output at ``writes[layer - start]`` in :attr:`work`."""
+
+    def __init__(self, params, acts, start, end, rows, writes, work_elems):
+        sizes, dtype = params.sizes, params.dtype
+        self.params, self.start, self.end = params, start, end
+        self.work = np.empty(work_elems, dtype=dtype)
+        self.writes = writes
+        reads = [-1] + list(writes[:-1])
+        self.table = np.array([(FWD, layer, reads[k], writes[k], -1, -1, 0)
+                               for k, layer in enumerate(range(start, end))], dtype=np.int64).reshape(-1, 7)
+        self.net = net_table(sizes, dtype.itemsize, acts)
+        self.floats = np.zeros(float_record_elems(len(sizes) - 1, max(sizes[1:])))
+        self.ints = np.zeros(N_INTS, dtype=np.int64)
+        self.ints[Ints.HI] = end - start
+        self._y = np.zeros((0, sizes[-1]), dtype=dtype)
+        self._no_state = np.zeros((0, 0), dtype=dtype)
+        self._gate = new_gate()
+        self.kernel = runner(set(np.asarray(acts)[start + 1:end + 1].tolist()), "forward")
+
+    def __call__(self, a):
+        """Run the layers on ``a`` (m, sizes[start]), m <= rows; the outputs stay in :attr:`work`."""
+        flat = self.params.flat
+        self.kernel(self.table, self.net, self.ints, self.floats, a, self._y, flat, flat, self.work,
+                    self._no_state, flat, self._gate)
+
+    def output(self, k, m):
+        """Layer ``start + k``'s output for ``m`` rows, a view of :attr:`work`."""
+        width = self.params.sizes[self.start + k + 1]
+        return self.work[self.writes[k]:self.writes[k] + m * width].reshape(m, width)
 
 
 def forward(params, acts, a, start, end):
@@ -24,15 +60,14 @@ def forward(params, acts, a, start, end):
     (:func:`fastckpt.core.activations.state_codes`).  A softmax net's output is given as
     probabilities (training keeps log-probabilities).
     """
-    weights, biases = params.layers()
-    scratch = np.empty(max(params.sizes[1:]), dtype=np.float64)
-    outs = [a]
-    for layer in range(start, end):
-        out = np.empty((a.shape[0], params.sizes[layer + 1]), dtype=params.dtype)   # (batch, n_out)
-        dense_forward_layer(a, weights[layer], biases[layer], acts[layer + 1], scratch, out)
-        outs.append(out)
-        a = out
-    if acts[-1] == LOG_SOFTMAX and end == len(weights) and end > start:
+    if end <= start:
+        return [a]
+    m, sizes = a.shape[0], params.sizes
+    writes = np.cumsum([0] + [m * sizes[layer + 1] for layer in range(start, end)]).tolist()
+    run = Forward(params, acts, start, end, m, writes[:-1], writes[-1])
+    run(a)
+    outs = [a] + [run.output(k, m) for k in range(end - start)]
+    if acts[-1] == LOG_SOFTMAX and end == len(sizes) - 1:
         np.exp(outs[-1], out=outs[-1])
     return outs
 
@@ -47,19 +82,16 @@ class ChunkedForward:
     def __init__(self, params, acts, rows):
         self.params, self.acts, self.rows = params, acts, int(rows)
         widest = max(params.sizes[1:])
-        self.buffers = [np.empty(self.rows * widest, dtype=params.dtype) for _ in range(2)]
-        self.scratch = np.empty(widest, dtype=np.float64)
+        n_layers = len(params.sizes) - 1
+        writes = [(layer % 2) * self.rows * widest for layer in range(n_layers)]
+        self.run = Forward(params, acts, 0, n_layers, self.rows, writes, 2 * self.rows * widest)
 
     def __call__(self, a):
-        weights, biases = self.params.layers()
-        m = a.shape[0]
-        for layer, width in enumerate(self.params.sizes[1:]):
-            out = self.buffers[layer % 2][:m * width].reshape(m, width)
-            dense_forward_layer(a, weights[layer], biases[layer], self.acts[layer + 1], self.scratch, out)
-            a = out
+        self.run(a)
+        out = self.run.output(len(self.params.sizes) - 2, a.shape[0])
         if self.acts[-1] == LOG_SOFTMAX:
-            np.exp(a, out=a)
-        return a
+            np.exp(out, out=out)
+        return out
 
 
 def stage_rows(x, dtype, rows):

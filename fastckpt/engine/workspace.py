@@ -1,18 +1,20 @@
-"""The buffers a plan runs in: activations (with the gradients at the arena's top), deltas and scratch
-(and one layer's gradient, for an optimizer with state applied in the backward pass).
+"""The records a plan runs in: one buffer for the activations (with the gradients at the arena's
+top), the deltas, one layer's gradient (for an optimizer with state applied in the backward
+pass) and the stash slots of deferred weight gradients; the op table; the net's per-state facts;
+and the run's settings (:mod:`kernels.runs`).
 
 Allocated once per plan; a smaller batch uses the leading rows of the same
 buffers.  :attr:`Workspace.table` is the plan's ops as the offsets of their
-operands in these buffers, for :func:`fastckpt.kernels.run_ops`, and
+operands in :attr:`Workspace.work`, for a run kernel (:func:`fastckpt.kernels.runner`), and
 :attr:`Workspace.runs` cuts it into one run per segment.
 """
 import numpy as np
 
+from fastckpt.core.layout import param_layout
+from fastckpt.kernels import BWD, FWD, LOSS, N_INTS, WEIGHTS, float_record_elems
 from fastckpt.planner.costs import delta_elems
 
 from .batches import Staging
-
-FWD, LOSS, BWD = 0, 1, 2  # op kinds
 
 
 class Workspace:
@@ -23,18 +25,27 @@ class Workspace:
     gives the delta of its input ``a[0]`` (for the stage before), and with
     ``given_delta`` there is no loss op: the delta of the last state ``a[L]``
     is written into :meth:`delta` before the backward pass (it comes from the
-    stage after).
+    stage after).  ``stash_slots`` slots hold the inputs and deltas of layers whose weight
+    gradients are put off (``zb1``).
     """
 
-    def __init__(self, plan, *, input_delta=False, given_delta=False):
+    def __init__(self, plan, acts, *, input_delta=False, given_delta=False, stash_slots=0):
         self.plan = plan
         self.input_delta, self.given_delta = bool(input_delta), bool(given_delta)
         sizes, batch = plan.sizes, plan.batch_size
-        self.activations = np.empty(plan.arena_elems, dtype=plan.dtype)     # and the gradients at its top
-        self.deltas = np.empty(workspace_delta_elems(sizes, batch, self.input_delta), dtype=plan.dtype)
-        self.scratch = np.empty(max(sizes[1:]), dtype=np.float64)
         stateful = plan.optimizer_in_backward and plan.optimizer.slots
-        self.layer_grad = np.empty(plan.bytes()["gradients"] // plan.itemsize if stateful else 0, dtype=plan.dtype)
+        self.stash_elems = stash_elems(sizes, batch) if stash_slots else 0
+        parts = [plan.arena_elems, workspace_delta_elems(sizes, batch, self.input_delta),
+                 plan.bytes()["gradients"] // plan.itemsize if stateful else 0, stash_slots * self.stash_elems]
+        starts = np.cumsum([0] + parts)
+        self.work = np.empty(int(starts[-1]), dtype=plan.dtype)
+        self.activations = self.work[:starts[1]]                    # and the gradients at its top
+        self.deltas = self.work[starts[1]:starts[2]]
+        self.layer_grad_at, self.stash_at = int(starts[2]), int(starts[3])
+        self.floats = np.zeros(float_record_elems(plan.n_layers, max(sizes[1:])))
+        self.scratch = self.floats[-max(sizes[1:]):]
+        self.ints = np.zeros(N_INTS, dtype=np.int64)
+        self.net = net_table(sizes, plan.itemsize, acts, stash=bool(stash_slots), batch=batch)
         self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self.staging = Staging(batch, plan.dtype)           # minibatches of another dtype or layout
         self._gradients = self.activations[plan.grad_offset:]
@@ -52,6 +63,15 @@ class Workspace:
             raise ValueError(f"a[{index}] has no delta in this workspace")
         return self.deltas[at:at + rows * width].reshape(rows, width)
 
+    def slot_at(self, slot):
+        """Offset in :attr:`work` of stash slot ``slot``."""
+        return self.stash_at + slot * self.stash_elems
+
+    def weights_table(self):
+        """One :data:`~fastckpt.kernels.WEIGHTS` op per layer: the weight gradients from a stash slot."""
+        return np.array([(WEIGHTS, layer, 0, 0, 0, 0, 0) for layer in range(self.plan.n_layers)],
+                        dtype=np.int64).reshape(-1, 7)
+
     def _delta_at(self, index):
         """Offset of a[index]'s delta in ``deltas`` (-1 for the input, unless ``input_delta``)."""
         if index == 0 and not self.input_delta:
@@ -59,19 +79,24 @@ class Workspace:
         return 0 if index % 2 == 1 else self._odd_rows
 
     def _table(self):
-        """(n_ops, 6) int64 rows ``kind, layer, read, write, d_out, d_in`` (-1: x, or none)."""
-        rows = []
+        """(n_ops, 7) int64 rows ``kind, layer, read, write, d_out, d_in, ran`` (-1: x, or none); offsets
+        into :attr:`work`."""
+        rows, base = [], self.plan.arena_elems
+
+        def delta(index):
+            at = self._delta_at(index)
+            return at if at < 0 else base + at
         for (kind, layer), read, write in zip(self.plan.ops, self.plan.reads, self.plan.writes):
             read = -1 if read is None else read
             if kind == "fwd":
-                rows.append((FWD, layer, read, write, -1, -1))
+                rows.append((FWD, layer, read, write, -1, -1, 0))
             elif kind == "loss":
                 if self.given_delta:
                     continue
-                rows.append((LOSS, layer, read, -1, self._delta_at(layer), -1))
+                rows.append((LOSS, layer, read, -1, delta(layer), -1, 0))
             else:
-                rows.append((BWD, layer, read, -1, self._delta_at(layer + 1), self._delta_at(layer)))
-        return np.array(rows, dtype=np.int64).reshape(-1, 6)
+                rows.append((BWD, layer, read, -1, delta(layer + 1), delta(layer), 0))
+        return np.array(rows, dtype=np.int64).reshape(-1, 7)
 
     def _runs(self):
         """[lo, hi) op ranges: a new run at every forward op that follows a backward one, so a
@@ -85,6 +110,35 @@ class Workspace:
         """Index in :attr:`table` of the first op after the forward pass: where the loss op is, or
         would be with ``given_delta`` (a recomputation may follow it at once)."""
         return self.plan.ops.index(("loss", self.plan.n_layers))
+
+
+def net_table(sizes, itemsize, acts, *, stash=False, batch=0):
+    """The (L + 1, 7) int64 ``net`` record of :mod:`kernels.runs`: each state's size and activation code
+    (``acts``), each layer's weight and bias offsets in the parameter layout and, with ``stash``, where its
+    input and delta go in a stash slot of ``batch`` rows."""
+    net = np.zeros((len(sizes), 7), dtype=np.int64)
+    net[:, 0] = sizes
+    net[:, 1] = acts
+    net[:-1, 2:4] = param_layout(sizes, itemsize)[0]
+    net[-1, 2:4] = -1
+    if stash:
+        net[:-1, 4:6] = stash_layout(sizes, batch)
+    return net
+
+
+def stash_layout(sizes, rows):
+    """Where each layer's input and delta go in a ``zb1`` stash slot: (L, 2) int64 element offsets for
+    micro-batches of up to ``rows`` rows."""
+    at, pos = np.zeros((len(sizes) - 1, 2), dtype=np.int64), 0
+    for layer in range(len(sizes) - 1):
+        at[layer] = pos, pos + rows * sizes[layer]
+        pos += rows * (sizes[layer] + sizes[layer + 1])
+    return at
+
+
+def stash_elems(sizes, rows):
+    """Elements of one stash slot: every layer's input and delta for ``rows`` rows."""
+    return rows * (sum(sizes[:-1]) + sum(sizes[1:]))
 
 
 def workspace_delta_elems(sizes, batch_size, input_delta=False):

@@ -7,7 +7,7 @@ flat buffer in the layout of :func:`fastckpt.core.layout.param_layout`.
 import numpy as np
 
 from fastckpt.core.layout import ALIGN_BYTES, grad_bytes, param_layout
-from fastckpt.kernels import blas_core
+from fastckpt.kernels import blas_core, float_record_elems
 
 BLAS_JOB_BYTES = 512 * 1024      # OpenBLAS's job table: MAX_CPU_NUMBER (64 in numpy's build) job_t entries
 SMALL_KERNEL_CORES = {"SkylakeX", "CooperLake", "SapphireRapids"}   # OpenBLAS cores with small-matrix GEMMs
@@ -41,6 +41,11 @@ def step_flops(sizes, batch_size):
     """GEMM FLOPs of one plain training step: forward, weight gradients, input deltas."""
     fwd = forward_flops(sizes, batch_size)
     return float(2 * fwd.sum() + fwd[1:].sum())
+
+
+def scratch_bytes(sizes):
+    """The float64 record a step's kernel takes its settings and scratch row in (:mod:`kernels.runs`)."""
+    return float_record_elems(len(sizes) - 1, max(sizes[1:])) * 8
 
 
 def delta_elems(sizes, batch_size):

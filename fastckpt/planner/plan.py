@@ -20,6 +20,7 @@ from .costs import (
     describe_sizes,
     forward_flops,
     gradient_bytes,
+    scratch_bytes,
     state_bytes,
     step_flops,
 )
@@ -158,7 +159,7 @@ class Plan:
             "recompute_buffers": workspace - kept,
             "shared_by_gradients": self.arena_elems * item - workspace - (0 if self.optimizer_in_backward else grads),
             "deltas": delta_elems(s, b) * item,
-            "scratch": max(s[1:]) * 8,
+            "scratch": scratch_bytes(s),
             "blas": blas_bytes(s, b, self.blas_threads),
         }
         parts["activation_memory"] = workspace + parts["deltas"]

@@ -15,7 +15,7 @@ import numpy as np
 from fastckpt.kernels import blas_core as current_blas_core
 from fastckpt.kernels import blas_threads as current_blas_threads
 
-from .costs import BLAS_JOB_BYTES, gemm_mallocs
+from .costs import BLAS_JOB_BYTES, gemm_mallocs, scratch_bytes
 
 MiB = 2**20
 EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): GEMMs this tall run at full speed
@@ -30,7 +30,8 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
     itemsize = np.dtype(dtype).itemsize
     rows = min(int(chunk), int(n_rows))
     widest = max(sizes[1:])
-    total = 2 * rows * widest * itemsize + widest * 8 + (rows * sizes[0] * itemsize if staged else 0)
+    total = (2 * rows * widest * itemsize + scratch_bytes(sizes)
+             + (rows * sizes[0] * itemsize if staged else 0))
     if what == "predict":
         total += int(n_rows) * 8                        # every row's class (int64)
     elif what == "feedforward":

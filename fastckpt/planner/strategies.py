@@ -13,7 +13,7 @@ import numpy as np
 
 from fastckpt.core.layout import grad_bytes, param_layout
 
-from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, state_bytes
+from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
 from .search import least_peak, multi_front, once_front, revolve_tree
 from .trees import keep_all, spine
 
@@ -183,7 +183,7 @@ class Fit(Strategy):
     def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
         fixed = ((1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
                  + (gradient_bytes(sizes, itemsize, True, optimizer_slots) if optimizer_in_backward else 0)
-                 + delta_elems(sizes, batch_size) * itemsize + max(sizes[1:]) * 8
+                 + delta_elems(sizes, batch_size) * itemsize + scratch_bytes(sizes)
                  + blas_bytes(sizes, batch_size, blas_threads))
         w = state_bytes(sizes, batch_size, itemsize)
         grads = None if optimizer_in_backward else grad_bytes(sizes, itemsize)

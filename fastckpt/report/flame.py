@@ -25,11 +25,10 @@ PARTS = {
     ("fastckpt/core/params.py", "_flat"): "parameters",
     ("fastckpt/core/params.py", "new_buffer"): "gradients",
     ("fastckpt/engine/engine.py", "_grad"): "gradients",
-    ("fastckpt/engine/workspace.py", "activations"): "activations (and the gradients sharing them)",
-    ("fastckpt/engine/workspace.py", "deltas"): "deltas",
-    ("fastckpt/engine/workspace.py", "scratch"): "scratch",
+    ("fastckpt/engine/workspace.py", "work"): "workspace: activations and deltas (and the gradients sharing them)",
+    ("fastckpt/engine/workspace.py", "floats"): "scratch",
     ("fastckpt/engine/batches.py", "_buffers"): "data: a minibatch's staging rows",
-    ("fastckpt/engine/inference.py", "out"): "evaluation outputs",
+    ("fastckpt/engine/inference.py", "work"): "evaluation: the layers' outputs",
     ("fastckpt/data/__init__.py", "_images"): "data",
 }
 _ASSIGNED = re.compile(r"^\s*(?:self\.)?(\w+)(?:\[[^\]]*\])?\s*=")

@@ -5,24 +5,37 @@ can run as an AVX2 one: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` set the kernel
 ``OPENBLAS_CORETYPE`` OpenBLAS's kernels.  Every benchmark prints :func:`cpu_summary` so a table
 says which of these it measured.
 """
+import functools
 import os
 import platform
 
 from fastckpt.kernels import blas_core
 
 
-def _cpuinfo():
+def parse_cpuinfo(text):
+    """``{field: value}`` of the first processor in the text of ``/proc/cpuinfo``."""
     fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break                                       # the first processor is enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+@functools.lru_cache(maxsize=1)
+def _cpuinfo():
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break                                   # the first processor is enough
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
+            return parse_cpuinfo(f.read())
     except OSError:
-        pass
-    return fields
+        return {}
+
+
+def cpu_flags():
+    """The host CPU's feature flags (``avx2``, ``avx512f``, ...) as a frozenset, read once; empty where the
+    system does not say (no ``/proc/cpuinfo``)."""
+    return frozenset(_cpuinfo().get("flags", "").split())
 
 
 def kernel_target():
@@ -30,21 +43,16 @@ def kernel_target():
     import llvmlite.binding as llvm
     from numba import config
     name = config.CPU_NAME or llvm.get_host_cpu_name()
+    # a name alone keeps the host's features (Numba passes them with the name): NUMBA_CPU_NAME=znver4 on an
+    # AVX2 CPU still compiles AVX2 code, and NUMBA_CPU_NAME=haswell on an AVX-512 one AVX-512 code
     features = config.CPU_FEATURES if config.CPU_FEATURES is not None else llvm.get_host_cpu_features().flatten()
-    avx512 = "+avx512f" in features.split(",")
-    if config.CPU_NAME and config.CPU_FEATURES is None:           # a name alone implies its features
-        avx512 = name in _AVX512_NAMES
-    return name, avx512
-
-
-_AVX512_NAMES = {"znver4", "znver5", "skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
-                 "icelake-client", "tigerlake", "sapphirerapids", "graniterapids", "emeraldrapids", "rocketlake"}
+    return name, "+avx512f" in features.split(",")
 
 
 def cpu_facts():
     """A dict: model, family/model numbers, cores, host AVX-512, kernel target and BLAS core type."""
     info = _cpuinfo()
-    flags = info.get("flags", "").split()
+    flags = cpu_flags()
     name, target_avx512 = kernel_target()
     return {
         "model": info.get("model name", platform.processor() or "?"),

@@ -3,7 +3,7 @@ import numpy as np
 
 from fastckpt.core.checks import check_positive_int
 from fastckpt.core.layout import param_layout
-from fastckpt.engine.workspace import workspace_delta_elems
+from fastckpt.engine.workspace import stash_elems, workspace_delta_elems
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs
@@ -13,7 +13,7 @@ from ..shards import split_layers
 from ..tensor_layers import fit_strategy, kept_states
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
-from .stage import live_ranges, stash_layout
+from .stage import live_ranges
 from .tensor_layout import TensorLayout, tensor_stage_bytes
 from .transport import Codec
 
@@ -139,7 +139,7 @@ def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicate
         "deltas": workspace_delta_elems(sub, rows, not first) * item,
         "scratch": max(sub[1:]) * 8,
         "stored_micro_batches": storage_slots(order) * live * item,
-        "deferred_weights": deferred * stash_layout(sub, rows)[1] * item,   # zb1: inputs and deltas for W
+        "deferred_weights": deferred * stash_elems(sub, rows) * item,   # zb1: inputs and deltas for W
         "deferred_gradients": params if deferred else 0,                     # and the gradient W writes
     }
     parts.update(_io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged))

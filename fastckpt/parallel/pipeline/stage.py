@@ -1,7 +1,7 @@
 """One pipeline stage: a contiguous range of layers that trains micro-batch by micro-batch.
 
 A stage runs the plan of its own layers (any strategy) through the same
-kernel as a whole net (``run_ops``), cut in two: the forward pass of a
+run kernel as a whole net (:func:`fastckpt.kernels.runner`), cut in two: the forward pass of a
 micro-batch (:meth:`Stage.forward`) and, later, its backward pass with the
 plan's recomputation (:meth:`Stage.backward`).  Between the two, other
 micro-batches run through the same workspace.
@@ -35,9 +35,9 @@ may hold another micro-batch's live set by then).
 import numpy as np
 
 from fastckpt.core.activations import state_codes
-from fastckpt.core.layout import layout_array, param_blocks, param_layout
+from fastckpt.core.layout import param_layout
 from fastckpt.engine.workspace import Workspace
-from fastckpt.kernels import OK, new_gate, run_ops, run_weights
+from fastckpt.kernels import OK, Floats, Ints, new_gate, runner
 
 
 class Stage:
@@ -70,18 +70,15 @@ class Stage:
         if acts is None:                                  # every hidden state a sigmoid's
             acts = state_codes(("sigmoid",) * (plan.n_layers - 1), "cross_entropy" if self.softmax else "quadratic")
         self.acts = np.asarray(acts, dtype=np.int64)
-        self.workspace = ws = Workspace(plan, input_delta=not first_stage, given_delta=not last_stage)
+        self._codes = set(self.acts[1:].tolist()) | ({int(self.acts[0])} if not first_stage else set())
+        self.workspace = ws = Workspace(plan, self.acts, input_delta=not first_stage, given_delta=not last_stage,
+                                        stash_slots=deferred)
         self.forward_end = ws.forward_end
         self.back_runs = [(max(lo, self.forward_end), hi) for lo, hi in ws.runs if hi > self.forward_end]
         self.l2 = np.asarray(l2, dtype=np.float64)
-        self._no_l2 = np.zeros_like(self.l2)
-        self._layout = layout_array(plan.sizes, plan.itemsize)
-        self._sizes = np.array(plan.sizes, dtype=np.int64)
-        self._blocks = param_blocks(plan.sizes, plan.itemsize)
-        self._no_state = (np.zeros(0), *(np.zeros(0, dtype=plan.dtype) for _ in range(3)))   # no optimizer inside
-        self._counts = np.zeros(plan.n_layers, dtype=np.int64)
-        self._trace = np.full((len(ws.table), 2), -1, dtype=np.int64)
+        self._no_state = np.zeros((0, 0), dtype=plan.dtype)      # no optimizer inside
         self._no_y = np.zeros((0, plan.sizes[-1]), dtype=plan.dtype)      # read only by the loss op
+        self._rows = np.zeros((plan.batch_size, 0), dtype=plan.dtype)    # a batch's rows for the weights ops
         self.live = live_ranges(plan, loss=last_stage)
         self.live_elems = sum(hi - lo for lo, hi in self.live)
         self._storage = [np.empty(self.live_elems, dtype=plan.dtype) for _ in range(slots)]
@@ -89,18 +86,17 @@ class Stage:
         self._owner = None                 # micro-batch whose live set is in the arena
         self.copied_bytes = 0
         self.sent_bytes = 0                # messages inside the stage: none
-        self.stash_at, stash_elems = stash_layout(plan.sizes, plan.batch_size)
-        self._stash = [np.empty(stash_elems, dtype=plan.dtype) for _ in range(deferred)]
+        self._deferred = deferred
+        self._weights_table = ws.weights_table()
         self._stashed = {}                 # micro-batch -> (stash slot, rows) waiting for its weight gradients
         self._w_grads = np.empty(param_layout(plan.sizes, plan.itemsize)[1] if deferred else 0, dtype=plan.dtype)
-        self._no_stash = (np.zeros(0, dtype=plan.dtype), np.zeros((0, 2), dtype=np.int64))
         self._gate = new_gate()
 
     def forward(self, params, x, k):
         """Micro-batch ``k``'s forward pass from its stage input ``x`` (rows, sizes[0]); returns
         the stage output (a view of the workspace, valid until the next pass) unless last."""
         self._evict()
-        self._run(params, x, self._no_y, 0, self.forward_end, None, 0, self._no_l2, 0.0)
+        self._run(params, x, self._no_y, 0, self.forward_end, None, 0, None, 0.0)
         self._owner = k
         if self.last_stage:
             return None
@@ -124,7 +120,7 @@ class Stage:
             self._evict()
             self._restore(k)
         y = self._no_y if y is None else y
-        l2 = self.l2 if first else self._no_l2
+        l2 = self.l2 if first else None
         loss = np.nan
         for lo, hi in self.back_runs:
             status, part = self._run(params, x, y, lo, hi, acc, 1 if first else 2, l2, scale)
@@ -142,13 +138,12 @@ class Stage:
             self._evict()
             self._restore(k)
         used = {slot for slot, _ in self._stashed.values()}
-        slot = next(i for i in range(len(self._stash)) if i not in used)     # sized by pending_weights
+        slot = next(i for i in range(self._deferred) if i not in used)     # sized by pending_weights
         self._stashed[k] = (slot, x.shape[0])
-        stash = (self._stash[slot], self.stash_at)
         y = self._no_y if y is None else y
         loss = status = np.nan
         for lo, hi in self.back_runs:
-            status, part = self._run(params, x, y, lo, hi, None, 0, self._no_l2, 0.0, stash)
+            status, part = self._run(params, x, y, lo, hi, None, 0, None, 0.0, slot)
             loss = part if not np.isnan(part) else loss
             if status != OK:
                 break
@@ -159,17 +154,22 @@ class Stage:
         """The weight half of micro-batch ``k``'s backward pass (``zb1``'s W), from its stash: copied into
         ``acc`` when ``first`` (with the L2 term) or added, as :meth:`backward` does."""
         slot, rows = self._stashed.pop(k)
-        run_weights(self._stash[slot], self.stash_at, rows, params, self._w_grads, self._layout, self._sizes,
-                    self.acts, scale, self.l2 if first else self._no_l2, self.workspace.scratch, acc,
-                    1 if first else 2, self._blocks)
+        self._run(params, self._rows[:rows], self._no_y, 0, len(self._weights_table), acc, 1 if first else 2,
+                  self.l2 if first else None, scale, slot, table=self._weights_table, grads=self._w_grads)
 
-    def _run(self, params, x, y, lo, hi, acc, mode, l2, scale, stash=None):
+    def _run(self, params, x, y, lo, hi, acc, mode, l2, scale, slot=None, *, table=None, grads=None):
+        """Ops ``lo..hi-1`` of the stage's table (or ``table``) in one kernel call; ``l2`` None: no L2 term;
+        ``slot``: the stash slot the backward ops write (or the weights ops read)."""
         ws = self.workspace
-        grads = ws.gradients()
-        return run_ops(ws.table, lo, hi, x, y, params, grads, self._layout, self._sizes, ws.activations,
-                       ws.deltas, ws.scratch, scale, False, 0.0, l2, self.acts, 0.0, False, self._counts,
-                       self._trace, grads if acc is None else acc, mode, self._blocks, *self._no_state,
-                       *(stash or self._no_stash), self._gate, 0)
+        grads = ws.gradients() if grads is None else grads
+        floats, ints = ws.floats, ws.ints
+        floats[Floats.SCALE] = scale
+        floats[Floats.L2:Floats.L2 + self.plan.n_layers] = 0.0 if l2 is None else l2
+        ints[Ints.LO], ints[Ints.HI], ints[Ints.CHECK], ints[Ints.ACC_MODE] = lo, hi, 0, mode
+        ints[Ints.STASH_AT] = ws.slot_at(slot) if slot is not None else 0
+        kernel = runner(self._codes, "stash" if slot is not None else "gradients", acc is not None)
+        return kernel(ws.table if table is None else table, ws.net, ints, floats, x, y, params, grads, ws.work,
+                      self._no_state, grads if acc is None else acc, self._gate)
 
     def _evict(self):
         """Copy the arena owner's live set to a free slot: another pass is about to overwrite it."""
@@ -192,16 +192,6 @@ class Stage:
             arena[lo:hi] = store[pos:pos + hi - lo]
             pos += hi - lo
         self.copied_bytes += pos * arena.itemsize
-
-
-def stash_layout(sizes, rows):
-    """Where each layer's input and delta go in a ``zb1`` stash slot: ((L, 2) int64 element offsets,
-    the slot's elements), for micro-batches of up to ``rows`` rows."""
-    at, pos = np.zeros((len(sizes) - 1, 2), dtype=np.int64), 0
-    for layer in range(len(sizes) - 1):
-        at[layer] = pos, pos + rows * sizes[layer]
-        pos += rows * (sizes[layer] + sizes[layer + 1])
-    return at, pos
 
 
 def live_ranges(plan, loss=True):
