@@ -1,6 +1,7 @@
 """The ``fastckpt`` command driven as a user would: a subprocess, its output, its files and exit code."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,16 @@ def test_analyze_prints_planned_and_measured_memory_and_writes_pngs(tmp_path):
         assert _is_png(tmp_path / name)
 
 
+def test_analyze_measure_empty_measures_nothing():
+    proc = _run("analyze", "--depths", "1,2", "--width", "16", "--batch-size", "8", "--measure", "", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["hidden_layers"] for r in rows] == [1, 2] and all(r["measured"] == {} for r in rows)
+    measured = _run("analyze", "--depths", "1,2", "--width", "16", "--batch-size", "8", "--measure", "2",
+                    "--strategies", "plain", "--json")
+    assert [set(r["measured"]) for r in json.loads(measured.stdout)["rows"]] == [set(), {"plain"}]
+
+
 def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     proc = _run("profile", "--steps", "3", "--strategy", "sqrt", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -160,6 +171,48 @@ def test_profile_writes_a_flamegraph_and_says_where(tmp_path):
     assert str(png) in proc.stdout and str(svg) in proc.stdout
     assert _is_png(png) and "<svg" in svg.read_text()[:2000] and "<script" not in svg.read_text()
     assert "internet" in proc.stdout and "offline" in proc.stdout
+
+
+def _profiled(stdout):
+    """(measured, planned, step, staging) in bytes, from profile's last line (MiB to 3 decimals)."""
+    found = re.search(r"peak ([\d.]+) MiB measured, ([\d.]+) MiB planned: the step ([\d.]+) MiB .* staging rows "
+                      r"([\d.]+) MiB", stdout)
+    assert found, stdout
+    return [round(float(v) * MiB) for v in found.groups()]
+
+
+def test_profile_trains_the_net_its_flags_shape_and_plans_what_memray_measures(tmp_path):
+    sizes = [784, 96, 96, 10]
+    proc = _run("profile", "--sizes", "784,96,96,10", "--batch-size", "128", "--activation", "relu", "--init", "he",
+                "--optimizer", "adam", "--eta", "0.001", "--strategy", "sqrt", "--steps", "3", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    measured, planned, step, staging = _profiled(proc.stdout)
+    adam = fastckpt.plan(sizes, 128, strategy="sqrt", optimizer="adam").bytes()["total"]
+    rows = 128 * 784 * 8 + 128 * 10 * 8                        # a minibatch of bytes and labels, as float64 rows
+    assert abs(step - adam) <= 512 and abs(staging - rows) <= 512 and abs(planned - adam - rows) <= 512
+    assert adam > fastckpt.plan(sizes, 128, strategy="sqrt").bytes()["total"] + 2 * 96 * 784 * 8   # Adam's moments
+    assert 0 <= measured - planned <= 100 * 1024, (measured, planned)      # the tens of KiB of Python objects
+
+
+def test_profile_file_trains_the_saved_net_at_its_batch_and_refuses_a_flag_that_would_change_it(tmp_path):
+    trained = _run("train", "--sizes", "784,64,64,10", "--batch-size", "50", "--optimizer", "momentum", "--strategy",
+                   "revolve(1)", "--epochs", "1", "--save", str(tmp_path / "n.npz"), "--json")
+    assert trained.returncode == 0, trained.stderr
+    proc = _run("profile", str(tmp_path / "n.npz"), "--steps", "2", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr
+    assert "(revolve(1)) and 2 training steps at batch 50 on the embedded digits" in proc.stdout
+    measured, planned, step, _ = _profiled(proc.stdout)
+    expected = fastckpt.plan([784, 64, 64, 10], 50, strategy="revolve(1)", optimizer="momentum").bytes()["total"]
+    assert abs(step - expected) <= 512 and abs(planned - expected - 50 * 794 * 8) <= 512
+    assert 0 <= measured - planned <= 100 * 1024, (measured, planned)
+    refused = _run("profile", str(tmp_path / "n.npz"), "--activation", "relu", "--out", str(tmp_path / "p"))
+    assert refused.returncode == 2 and refused.stderr == (
+        f"fastckpt profile: error: --activation would change the net FILE {str(tmp_path / 'n.npz')!r} holds; "
+        "profile FILE trains it as saved: leave --activation out, or profile a new net with the flags and without "
+        "FILE\n")
+    large = _run("profile", "--batch-size", "5000", "--out", str(tmp_path / "p"))
+    assert large.returncode == 2 and large.stderr == ("fastckpt profile: error: --batch-size 5000 is more than the "
+                                                      "4000 training samples of the embedded digits\n")
 
 
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):
@@ -174,3 +227,92 @@ def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_p
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["same_accuracy"] is True
+
+
+def _spans(values):
+    """``0-2 5 7-9``: runs of consecutive integers, as the plan prints them."""
+    runs = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return " ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@pytest.mark.bounds
+def test_train_max_memory_says_in_words_what_it_kept_recomputed_and_the_peak_it_predicts():
+    from fastckpt.planner.run import run_bytes
+    sizes, batch, bound = [784] + [128] * 8 + [10], 1000, 27 * MiB
+    args = ["train", "--sizes", ",".join(map(str, sizes)), "--batch-size", str(batch), "--epochs", "1",
+            "--max-memory", "27MiB"]
+    said = json.loads(_run(*args, "--json").stdout)
+    step = fastckpt.plan(sizes, batch, strategy=said["strategy"])
+    again = int((step.forward_counts > 1).sum())
+    training, test = fastckpt.load_mnist(compact=True)
+    whole = run_bytes(step, training, test, updates=len(training[0]) // batch)["total"]
+    assert said["bound"] == {"max_memory": bound, "kept": list(step.kept), "recomputed_layers": again,
+                             "extra_flop_fraction": step.extra_flop_fraction, "step_bytes": step.bytes()["total"],
+                             "whole_run_bytes": whole}
+    assert 0 < again < 9 and whole <= bound < run_bytes(fastckpt.plan(sizes, batch), training, test,
+                                                         updates=len(training[0]) // batch)["total"]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    first, *_, last = proc.stdout.splitlines()
+    assert first == (f"--max-memory 27MiB: the step keeps activations {_spans(step.kept)} after the forward pass "
+                     f"({len(step.kept) - 1} of 9 besides the input) and recomputes {again} of the 9 layers during "
+                     f"backward ({100 * step.extra_flop_fraction:.1f}% more FLOPs than plain); the whole run's "
+                     f"predicted peak is {whole / MiB:.2f} MiB, its step's {step.bytes()['total'] / MiB:.2f} MiB")
+    assert last.startswith(f"trained {sizes} (--max-memory 27MiB: {again} of 9 layers recomputed) for 1 epoch")
+
+
+def test_plan_data_prints_parts_that_add_up_to_its_total():
+    args = ["plan", "--sizes", "784,512,512,512,10", "--batch-size", "256", "--data", "embedded", "--epochs", "1",
+            "--blas-threads", "2"]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.split("the whole run on the embedded digits (1 epoch, as train runs it)", 1)[1]
+    rows = [re.match(r"^  (\S.*?)\s+(-?[\d,]+)\s+-?[\d.]+ MiB$", line) for line in text.splitlines()]
+    parts = {row.group(1): int(row.group(2).replace(",", "")) for row in rows if row}     # the step's own: indented
+    total = parts.pop("total")
+    assert set(parts) == {"data", "step", "staging", "records", "evaluation", "not held at once"}, parts
+    assert sum(parts.values()) == total and parts["not held at once"] < 0
+    whole = json.loads(_run(*args, "--json").stdout)["whole_run"]
+    assert sum(v for k, v in whole.items() if not k.startswith("step: ") and k != "total") + whole["step: total"] \
+        == whole["total"] == total
+    assert whole["not held at once"] == -min(whole["step: blas"], whole["evaluation"]) < 0
+    training, test = fastckpt.load_mnist(compact=True)
+    from fastckpt.planner.run import run_bytes
+    step = fastckpt.plan([784, 512, 512, 512, 10], 256, blas_threads=2)
+    for save in (False, True):
+        got = run_bytes(step, training, test, updates=15, save=save)
+        held = [got["step: blas"], got["evaluation"]] + ([got["saving"]] if save else [])   # the largest counts
+        assert got["total"] == got["data"] + got["step: total"] - got["step: blas"] + got["staging"] + \
+            got["records"] + max(held)
+        assert got["total"] == sum(v for k, v in got.items() if not k.startswith("step: ") and k != "total") + \
+            got["step: total"]
+
+
+@pytest.mark.bounds
+def test_plan_max_batch_says_why_adam_in_backward_fits_a_smaller_batch():
+    sizes = [784] + [512] * 16 + [10]
+    args = ["plan", "--sizes", ",".join(map(str, sizes)), "--max-memory", "256MiB", "--max-batch", "--epochs", "3",
+            "--blas-threads", "2"]
+    adam = json.loads(_run(*args, "--optimizer", "adam", "--json").stdout)
+    rows = {(r["strategy"], r["optimizer_in_backward"]): r for r in adam["largest"]}
+    fewer = [s for s in ("plain", "every_nth(2)", "sqrt") if rows[s, True]["batch"] < rows[s, False]["batch"]]
+    assert fewer == ["plain", "every_nth(2)", "sqrt"], rows
+    for s in fewer:                                # the cause, from the plans: shared gradients, one layer's held
+        kept = fastckpt.plan(sizes, rows[s, False]["batch"], strategy=s, optimizer="adam").bytes()
+        fused = fastckpt.plan(sizes, rows[s, True]["batch"], strategy=s, optimizer="adam",
+                              optimizer_in_backward=True).bytes()
+        assert kept["gradients"] + kept["shared_by_gradients"] == 0
+        assert fused["gradients"] == (512 * 784 + 512) * 8 and fused["shared_by_gradients"] == 0
+    assert adam["note"] == ("with adam the optimizer in backward still holds one layer's gradient, the largest "
+                            f"({(512 * 784 + 512) * 8 / MiB:.2f} MiB), beside the activations, while the kept "
+                            "gradients fit wholly in the memory the backward pass frees from the activations "
+                            "(shared_by_gradients in fastckpt plan): so plain, every_nth(2), sqrt fit a larger batch "
+                            "with the gradients kept; with SGD the optimizer in backward holds no gradient at all")
+    assert _run(*args, "--optimizer", "adam").stdout.splitlines()[-1] == "note: " + adam["note"]
+    sgd = json.loads(_run(*args, "--json").stdout)
+    assert sgd["note"] is None and all(r["batch"] >= rows[r["strategy"], False]["batch"] for r in sgd["largest"])

@@ -151,7 +151,7 @@ def test_save_is_all_or_nothing(tmp_path, monkeypatch):
 # -- training failures: exit 1 ----------------------------------------------------------------
 def test_divergence_gets_one_line_and_exit_1():
     proc = _run("train", "--loss", "cross_entropy", "--eta", "1e308", "--epochs", "1", "--json")
-    _one_line(proc, 1, "training stopped at epoch 0, update", "non-finite", "try a smaller --eta")
+    _one_line(proc, 1, "training stopped at epoch 1/1, update 2/400:", "non-finite", "try a smaller --eta")
 
 
 def _at_most_8_gib():

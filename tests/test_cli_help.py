@@ -55,6 +55,30 @@ def test_every_option_has_a_description_and_its_default(name, action, parser):
         assert str(action.default) in shown or "default:" in action.help
 
 
+@pytest.mark.parametrize("command", ["compare", "plan", "analyze", "train", "evaluate", "predict", "profile"])
+def test_an_unknown_flag_is_refused_in_the_command_s_name(command):
+    proc = _run(command, *(["net.npz"] if command in ("evaluate", "predict") else []), "--no-such-flag=1")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"fastckpt {command}: error: unrecognized arguments: --no-such-flag=1\n", proc.stderr
+
+
+def test_an_unknown_flag_before_any_command_is_the_top_level_s():
+    proc = _run("--no-such-flag")
+    assert proc.returncode == 2 and proc.stderr == "fastckpt: error: unrecognized arguments: --no-such-flag\n"
+
+
+@pytest.mark.parametrize("command", ["plan", "train", "profile"])
+def test_every_command_that_takes_a_strategy_defaults_to_plain_and_says_so(command):
+    from fastckpt.cli.profile import run_settings
+    from fastckpt.cli.train import settle
+    args = parser.settled(parser.parser().parse_args([command]))
+    strategy = {"train": lambda: settle(args).strategy, "profile": lambda: run_settings(args, None)[0].strategy,
+                "plan": lambda: args.strategy}[command]()
+    assert str(strategy) == "plain"
+    shown = " ".join(_run(command, "--help").stdout.split())
+    assert "(default: plain" in shown and "(default: every_nth" not in shown
+
+
 def test_help_shows_the_defaults():
     out = _run("compare", "--help").stdout
     assert "(default: 784,40,30,10)" in " ".join(out.split()) and "(default: 10)" in out

@@ -127,3 +127,49 @@ def test_every_strategy_the_docs_spell_parses():
 def test_the_strategy_check_catches_a_spelling_the_parser_refuses():
     with pytest.raises(ValueError):
         parse_strategy("revolve(10**9)")
+
+
+def _aliases():
+    """{older long name: documented name} of every option that has two long names (the first is documented)."""
+    found = {}
+    top = parser()
+    for command in top.subcommands.values():
+        for action in command._actions:
+            names = [n for n in action.option_strings if n.startswith("--")]
+            found.update({alias: names[0] for alias in names[1:]})
+    return found
+
+
+def test_the_docs_spell_a_flag_by_its_documented_name_and_an_older_one_only_beside_it():
+    aliases = _aliases()
+    assert aliases.get("--sgd-in-backward") == "--optimizer-in-backward"
+    for doc in DOCS:
+        for line in (ROOT / doc).read_text().splitlines():
+            for alias, name in aliases.items():
+                if re.search(re.escape(alias) + r"(?![\w-])", line):
+                    assert name in line and "older name" in line, (doc, line)
+    shown = " ".join(subprocess.run([sys.executable, "-m", "fastckpt", "train", "--help"], capture_output=True,
+                                    text=True, timeout=60).stdout.split())
+    assert "--optimizer-in-backward, --sgd-in-backward" in shown and "its older name" in shown
+    assert parser().parse_args(["train", "--sgd-in-backward"]).sgd_in_backward is True
+
+
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+
+
+def test_the_docs_count_the_plots_compare_out_writes(tmp_path):
+    from fastckpt.report.summary import write_report
+    result = {"name": "plain", "strategy": "plain", "accuracies": [0.5], "ms_per_update": 1.0,
+              "memray_peak_bytes": 2**20, "predicted_bytes": 2**20, "recompute_factor": 1.0,
+              "extra_flop_fraction": 0.0, "time_ratio": 1.0, "memory_ratio": 1.0, "rss_bytes": [1, 2],
+              "rss_base_bytes": 0, "update_seconds": [0.1, 0.1]}
+    setup = {"sizes": [784, 40, 30, 10], "batch_size": 10, "eta": 3.0, "epochs": 1, "dtype": "float64", "seed": 0,
+             "data": "x"}
+    written = write_report(tmp_path, [result, dict(result, name="sqrt", strategy="sqrt")], setup)
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert len(pngs) == sum(str(p).endswith(".png") for p in written.values()) == 3, pngs
+    said = {}
+    for doc in ("README.md", "docs/compare.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        said[doc] = re.findall(r"`fastckpt compare --out DIR` (?:also )?writes `summary\.md` and (\w+) plots", text)
+    assert said == {doc: [next(w for w, n in NUMBERS.items() if n == len(pngs))] for doc in said}, said

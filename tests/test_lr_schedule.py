@@ -115,5 +115,5 @@ def test_a_resume_past_a_stored_cosine_s_end_says_it_trains_at_eta_min(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--resume", "c.npz", "--epochs", "4", "--save",
                            "c.npz"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 2, so epochs 2..3 " \
+    assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 3, so epochs 3..4 " \
            "train at 0; --lr-schedule 'cosine(4)' anneals over all 4" in proc.stderr, proc.stderr

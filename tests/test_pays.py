@@ -45,7 +45,7 @@ def test_the_line_names_the_cost_and_the_batches_from_which_it_pays():
     assert does_not_pay(sizes, 10, np.float64, "sqrt") == (
         "sqrt saves no memory over plain for [784, 40, 30, 10] at batch 10 (the activations fit in the gradient "
         f"buffers) and runs {100 * extra:.0f}% more FLOPs; it saves from batch {start}, or from batch {fused} with "
-        "the optimizer in backward (--sgd-in-backward)")
+        "the optimizer in backward (--optimizer-in-backward)")
     assert fused == 1 and start > 100
 
 

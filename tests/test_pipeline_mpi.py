@@ -330,5 +330,5 @@ def test_a_diverging_pipeline_stops_as_one_process_does_not_as_bad_input(transpo
     proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--sizes", "784,32,10", "--epochs", "1",
                            "--optimizer", "adam", "--eta", "1e308", "--transport", transport], capture_output=True,
                           text=True, timeout=120)
-    assert proc.returncode == 1 and "training stopped at epoch 0, update 1" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "training stopped at epoch 1/1, update 2/" in proc.stderr, proc.stderr
     assert "refuses non-finite" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

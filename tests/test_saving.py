@@ -2,6 +2,7 @@
 import copy
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -75,6 +76,25 @@ def test_the_file_is_documented_npz_with_its_metadata(tmp_path):
                                          "cached_gaussian": state["rng"][4]}}}
     loaded = fastckpt.load(path)
     assert loaded.training_state["epochs_done"] == 2 and _rng_equal(loaded.training_state["rng"], state["rng"])
+
+
+def test_a_training_state_prints_in_a_few_lines_and_its_rng_still_sets_numpy_s_state(tmp_path):
+    """The 624 key words of numpy's state are in the loaded tuple, not in what print shows."""
+    np.random.seed(7)
+    np.random.random(3)
+    saved = np.random.get_state()
+    path = Network([5, 3]).save(tmp_path / "n.npz", training={"epochs_done": 1, "rng": saved})
+    state = fastckpt.load(path).training_state
+    shown = repr(state)
+    assert len(shown) < 200 and f"pos {saved[2]}" in shown and str(saved[1][0]) not in shown, shown
+    for kept in (state, copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+        assert len(repr(kept)) < 200
+        np.random.seed(0)
+        np.random.set_state(kept["rng"])
+        assert _rng_equal(np.random.get_state(), saved)
+        drawn = np.random.random(4)
+        np.random.set_state(saved)
+        np.testing.assert_array_equal(drawn, np.random.random(4))
 
 
 def test_a_version_0_file_from_the_old_train_save_loads(tmp_path):
@@ -286,7 +306,7 @@ def test_train_resume_goes_on_bit_for_bit(tmp_path, dtype, extra):
 def test_resume_refuses_what_would_change_the_run(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
     for args, message in [(["--sizes", "784,8,10"], "--sizes 784,8,10 differs from the --resume file's 784,16,10"),
-                          (["--eta", "1.0"], "--eta 1.0 differs from the --resume file's 3.0"),
+                          (["--batch-size", "20"], "--batch-size 20 differs from the --resume file's 10"),
                           (["--max-memory", "64MiB"], "--max-memory 64MiB differs from the --resume file's plain"),
                           (["--epochs", "1"], "has already trained 1 epochs"),
                           (["--mpi"], "was trained on one process, and this run would go on with --mpi on 1 rank:"),
@@ -300,6 +320,28 @@ def test_resume_refuses_what_would_change_the_run(tmp_path):
     assert proc.returncode == 2 and "holds a net but no training state" in proc.stderr
     proc = subprocess.run([*TRAIN, "--resume", "nope.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and "--resume 'nope.npz': no such file" in proc.stderr
+
+
+def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--resume", "p.npz", "--epochs", "3", "--eta", "0.5",
+                           "--save", "p.npz"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "fastckpt train: note: --eta 0.5 instead of the --resume file's 3: the run goes on at the new rate " \
+           "(fine-tuning), so it is not the unbroken run's bit for bit" in proc.stderr.splitlines()
+    (x, y), test = fastckpt.load_mnist()
+    np.random.seed(0)
+    twin = Network([784, 16, 10])
+    twin.SGD((x, y), 1, 10, 3.0, test_data=test, verbose=False)
+    twin.SGD((x, y), 2, 10, 0.5, test_data=test, verbose=False, first_epoch=1)
+    tuned = fastckpt.load(tmp_path / "p.npz")
+    _same(tuned, twin)
+    assert tuned.training_state["eta"] == 0.5 and tuned.training_state["epochs_done"] == 3
+    again = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "4", "--save", "p.npz"], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0 and "note: --eta" not in again.stderr, again.stderr     # the file's rate now
+    twin.SGD((x, y), 1, 10, 0.5, test_data=test, verbose=False, first_epoch=3)
+    _same(fastckpt.load(tmp_path / "p.npz"), twin)
 
 
 # -- labels and predict -------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""``train`` shows a bar on a terminal and the lab's lines elsewhere; the accuracies are the same either way."""
+"""``train`` prints the same line per epoch on a terminal and in a pipe, and a bar with the running loss and the time
+left on a terminal; ``SGD`` keeps the lab's lines and draws its bar on a terminal."""
 import os
 import pty
+import re
 import subprocess
 import sys
 
@@ -9,15 +11,16 @@ import pytest
 TRAIN = [sys.executable, "-m", "fastckpt", "train", "--sizes", "784,12,10", "--epochs", "2", "--batch-size", "50"]
 
 
-def _on_a_terminal(args, columns=None):
-    """stderr on a pseudo-terminal (``columns`` wide, when given); (stdout, what the terminal showed)."""
+def _on_a_terminal(args, columns=None, stdout_too=False):
+    """stderr (and stdout, with ``stdout_too``) on a pseudo-terminal (``columns`` wide, when given); (stdout,
+    what the terminal showed)."""
     main, side = pty.openpty()
     if columns is not None:
         import fcntl
         import struct
         import termios
         fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=side, text=True)
+    proc = subprocess.Popen(args, stdout=side if stdout_too else subprocess.PIPE, stderr=side, text=True)
     os.close(side)
     shown = b""
     while True:
@@ -31,22 +34,56 @@ def _on_a_terminal(args, columns=None):
     out, _ = proc.communicate(timeout=120)
     os.close(main)
     assert proc.returncode == 0, shown
-    return out, shown.decode()
+    return out or "", shown.decode()
+
+
+def _epoch_lines(text):
+    """The per-epoch lines, their times left out: ``epoch 1/2: test accuracy ...``."""
+    lines = [line.split("\r")[-1] for line in text.replace("\r\n", "\n").split("\n")]   # after a wiped bar
+    return [re.sub(r" \(\d+\.\d s\)$", "", line) for line in lines if re.match(r"epoch \d+/\d+: ", line)]
 
 
 @pytest.mark.parametrize("mode", [[], ["--threads", "2"]])
-def test_a_terminal_gets_a_bar_per_epoch_and_a_log_gets_the_lab_s_lines(mode):
-    out, shown = _on_a_terminal(TRAIN + mode)
-    assert "\r" in shown and "[" + "#" * 30 + "] 100%" in shown, shown
-    accuracies = [line.split("test accuracy ")[1].split()[0] for line in shown.replace("\r", "\n").splitlines()
-                  if "test accuracy" in line]
-    assert [line.split()[1] for line in shown.replace("\r", "\n").splitlines() if "test accuracy" in line] == \
-        ["epoch", "epoch"]
-    assert "Epoch: " not in out                           # the bar replaces the lab's lines, not doubles them
-    logged = subprocess.run(TRAIN + mode, capture_output=True, text=True, timeout=120)
-    assert logged.returncode == 0 and "\r" not in logged.stderr + logged.stdout
-    lab = [line.split("Accuracy: ")[1] for line in logged.stdout.splitlines() if line.startswith("Epoch: ")]
-    assert len(lab) == 2 and [f"{float(a):.4f}" for a in lab] == accuracies
+def test_train_prints_one_line_per_epoch_from_1_on_a_terminal_and_in_a_pipe_and_a_bar_only_on_a_terminal(mode):
+    _, shown = _on_a_terminal(TRAIN + mode + ["--validation", "0.1"] * (not mode), stdout_too=True)
+    logged = subprocess.run(TRAIN + mode + ["--validation", "0.1"] * (not mode), capture_output=True, text=True,
+                            timeout=120)
+    assert logged.returncode == 0 and "\r" not in logged.stderr + logged.stdout and "ETA" not in logged.stderr
+    assert "Epoch: " not in logged.stdout + shown                         # the lab's lines are the API's
+    lines = _epoch_lines(logged.stdout)
+    assert lines == _epoch_lines(shown) and len(lines) == 2, (lines, shown)
+    bars = [part for part in shown.split("\r") if "] " in part and "ETA" in part]
+    assert any("[" + "#" * 30 + "] 100%" in bar for bar in bars), shown
+    times = [float(t) for t in re.findall(r"^epoch \d/2: .* \((\d+\.\d) s\)$", logged.stdout, re.M)]
+    total = float(re.search(r", (\d+\.\d) s in all", logged.stdout).group(1))
+    assert len(times) == 2 and sum(times) <= total + 0.2                  # each epoch's own time, not a running sum
+    if not mode:                                                           # the API's numbers, rounded alike
+        import numpy as np
+
+        import fastckpt
+        (x, y), test = fastckpt.load_mnist()
+        np.random.seed(0)
+        net = fastckpt.Network([784, 12, 10])
+        net.SGD((x, y), 2, 50, 3.0, test_data=test, verbose=False, validation=0.1)
+        assert lines == [f"epoch {j + 1}/2: test accuracy {a:.4f}, training loss {loss:.4g}, validation accuracy "
+                         f"{v:.4f}" for j, (a, loss, v) in enumerate(zip(net.accuracies, net.history["loss"],
+                                                                        net.history["val_accuracy"]))]
+        assert all(re.search(r"% loss \d+(\.\d+)? ETA (\d+ s|\d+:\d\d)$", bar) for bar in bars), bars   # running loss
+
+
+def test_a_resumed_run_counts_its_epochs_on_from_the_file_s(tmp_path):
+    first = subprocess.run(TRAIN + ["--save", str(tmp_path / "n.npz")], capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    resumed = subprocess.run([*TRAIN[:4], "--resume", str(tmp_path / "n.npz"), "--epochs", "3", "--save",
+                              str(tmp_path / "n.npz")], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [line.split(":")[0] for line in _epoch_lines(resumed.stdout)] == ["epoch 3/3"]
+
+
+def test_the_time_left_reads_as_a_clock():
+    from fastckpt.engine.progress import clock
+    assert [clock(s) for s in (0.4, 42, 59.6, 185, 3725)] == ["0 s", "42 s", "1:00", "3:05", "1:02:05"]
 
 
 SCRIPT = ("import numpy as np, fastckpt; (x, y), test = fastckpt.load_mnist(); np.random.seed(1); "

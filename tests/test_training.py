@@ -61,7 +61,7 @@ def test_divergence_stops_with_epoch_and_update_and_keeps_finite_weights(rng, ca
     net = Network([4, 3, 2])
     net.weights[0][...] = 1e-300                     # unsaturated, but grad_w ~ 1e299 and eta * grad_w overflows
     before = [w.copy() for w in net.weights + net.biases]
-    with pytest.raises(FloatingPointError, match=r"epoch 0, update 0: the update would make a parameter NaN"):
+    with pytest.raises(FloatingPointError, match=r"epoch 1/2, update 1/4: the update would make a parameter NaN"):
         net.SGD((x, y), epochs=2, mini_batch_size=10, eta=1e15)
     for a, b in zip(before, net.weights + net.biases):
         np.testing.assert_array_equal(a, b)
@@ -73,7 +73,7 @@ def test_nan_written_into_the_weights_stops_training(rng, capsys):
     net = Network([4, 3, 2])
     net.SGD((x, y), epochs=1, mini_batch_size=10, eta=0.1)
     net.weights[1][0, 0] = np.nan                    # in place: no assignment to check
-    with pytest.raises(FloatingPointError, match=r"epoch 0, update 0: the loss is nan"):
+    with pytest.raises(FloatingPointError, match=r"epoch 1/1, update 1/2: the loss is nan"):
         net.SGD((x, y), epochs=1, mini_batch_size=10, eta=0.1)
 
 

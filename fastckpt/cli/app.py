@@ -34,6 +34,7 @@ from . import commands, use
 from .guard import leave_job
 from .parser import commands_list, parser, settled
 from .paths import check_paths
+from .profile import profile
 from .train import train
 
 
@@ -56,7 +57,7 @@ def main(argv=None):
             fix_threads(None if args.blas_threads == "auto" else args.blas_threads)
             os.environ["FASTCKPT_BLAS_THREADS"] = str(args.blas_threads)   # and the runs compare starts
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
-               "profile": commands.profile, "train": train, "evaluate": use.evaluate, "predict": use.predict}
+               "profile": profile, "train": train, "evaluate": use.evaluate, "predict": use.predict}
         check_paths(args)                                          # before any training
         code = run[args.command](args)
         sys.stdout.flush()                                         # a closed pipe shows here, not at exit

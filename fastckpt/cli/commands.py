@@ -2,9 +2,7 @@
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,16 +14,15 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import describe_sizes
 from fastckpt.planner.curves import BATCH_LIMIT, depth_table, tradeoff
 from fastckpt.planner.pays import does_not_pay
-from fastckpt.planner.run import largest_batch, refuse_under_mkl
+from fastckpt.planner.run import NOT_AT_ONCE, largest_batch, refuse_under_mkl
 from fastckpt.planner.strategies import format_bytes
 from fastckpt.report import compare as report
-from fastckpt.report.flame import write_peak_picture
 from fastckpt.report.measure import memray_peak
 from fastckpt.report.plots import plot_depth, plot_tradeoff
 from fastckpt.report.summary import summary, table, write_report
 
 from .bound import step_strategy, whole_run
-from .data import check_trainable, load_data
+from .data import check_trainable, data_name, data_path, load_data
 from .signals import Stopped, Stopper
 
 
@@ -40,7 +37,8 @@ def compare(args):
     for s in strategies:                                          # refuse before any training
         check_trainable(args.sizes, args.batch_size, args.dtype, s, optimizer_in_backward=args.sgd_in_backward)
     setup = {"sizes": args.sizes, "batch_size": args.batch_size, "eta": args.eta, "epochs": args.epochs,
-             "dtype": args.dtype, "seed": args.seed, "data": args.data or "embedded MNIST (4000 train, 1000 test)",
+             "dtype": args.dtype, "seed": args.seed,
+             "data": data_path(args.data) or "embedded MNIST (4000 train, 1000 test)",
              "sgd_in_backward": args.sgd_in_backward}
     done = []
     with Stopper() as stopper:                                    # SIGINT, SIGTERM, SIGHUP: see _signals
@@ -50,7 +48,7 @@ def compare(args):
             if args.out:
                 write_report(args.out, results, setup)
         try:
-            results = report.run_compare(args.sizes, strategies, args.data, epochs=args.epochs,
+            results = report.run_compare(args.sizes, strategies, data_path(args.data), epochs=args.epochs,
                                          batch_size=args.batch_size, eta=args.eta, dtype=args.dtype,
                                          seed=args.seed, quiet=args.json, on_result=keep, hold=stopper.deferred,
                                          sgd_in_backward=args.sgd_in_backward)
@@ -102,9 +100,26 @@ def show_plan(args):
     else:
         print(p.describe() + (f"\nnote: {note}" if note else ""))
         if whole is not None:
-            print(f"the whole run on {args.data} ({args.epochs} epochs, as train runs it), predicted bytes:")
-            print("\n".join(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB" for name, value in whole.items()))
+            _print_whole_run(args, whole)
     return 0
+
+
+def _print_whole_run(args, whole):
+    """The whole run's parts, which add up to its total, the step's own parts indented below it."""
+    print(f"the whole run on {data_name(args.data)} ({args.epochs} epoch{'s' * (args.epochs != 1)}, as train runs "
+          "it), predicted bytes; the parts add up to the total:")
+    step = [(name[len("step: "):], value) for name, value in whole.items() if name.startswith("step: ")]
+    for name, value in whole.items():
+        if name.startswith("step: "):
+            if name != "step: total":
+                continue
+            print(f"  {'step':<24}{value:>14,} {value / 2**20:>11.3f} MiB")
+            print("\n".join(f"    {part:<22}{n:>14,} {n / 2**20:>11.3f} MiB" for part, n in step if part != "total"))
+        else:
+            print(f"  {name:<24}{value:>14,} {value / 2**20:>11.3f} MiB")
+    if whole.get(NOT_AT_ONCE):
+        print(f"{NOT_AT_ONCE}: the step's BLAS job table (inside a GEMM), an evaluation and a save never meet; "
+              "only the largest counts")
 
 
 def show_max_batch(args):
@@ -121,13 +136,18 @@ def show_max_batch(args):
             batch, p, parts = found if found else (None, None, None)
             rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
                          "recompute_factor": p.recompute_factor if p else None,
-                         "whole_run_bytes": parts["total"] if parts else None})
+                         "whole_run_bytes": parts["total"] if parts else None,
+                         "gradient_bytes": p.bytes()["gradients"] if p else None,
+                         "unshared_gradient_bytes": p.bytes()["gradients"] + p.bytes()["shared_by_gradients"]
+                         if p else None})
+    note = fewer_in_backward(rows, args.optimizer)
     if args.json:
         print(json.dumps({"max_memory": args.max_memory, "sizes": list(args.sizes), "dtype": args.dtype,
-                          "optimizer": args.optimizer, "epochs": args.epochs, "data": args.data, "largest": rows},
+                          "optimizer": args.optimizer, "epochs": args.epochs, "data": data_path(args.data),
+                          "largest": rows, "note": note},
                          indent=2))
         return 0
-    print(f"the largest batch whose whole train run ({args.epochs} epochs on {args.data or 'the embedded digits'}) "
+    print(f"the largest batch whose whole train run ({args.epochs} epochs on {data_name(args.data)}) "
           f"fits {format_bytes(args.max_memory)}, {describe_sizes(args.sizes)} in {args.dtype}"
           + ("" if args.optimizer == "sgd" else f", {args.optimizer}") + ":")
     print(f"  {'strategy':<14}{'update':<22}{'batch':>7}{'recompute':>11}{'whole run MiB':>15}")
@@ -136,7 +156,28 @@ def show_max_batch(args):
         cells = (f"{r['batch']:>7}{r['recompute_factor']:>11.2f}{r['whole_run_bytes'] / 2**20:>15.2f}"
                  if r["batch"] else f"{'none':>7}")
         print(f"  {r['strategy']:<14}{update:<22}{cells}")
+    if note:
+        print(f"note: {note}")
     return 0
+
+
+def fewer_in_backward(rows, optimizer):
+    """Why the optimizer in backward fits a smaller batch than keeping the gradients, where it does: a stateful
+    optimizer in backward holds its largest layer's gradient beside the activations, while kept gradients go
+    into the memory the backward pass frees from the activations (NOTE [ Gradients in the arena ])."""
+    kept = {r["strategy"]: r for r in rows if not r["optimizer_in_backward"]}
+    fewer = [r for r in rows if r["optimizer_in_backward"] and r["batch"] and kept[r["strategy"]]["batch"]
+             and r["batch"] < kept[r["strategy"]]["batch"]]
+    if not fewer:
+        return None
+    shared = all(kept[r["strategy"]]["unshared_gradient_bytes"] == 0 for r in fewer)
+    return (f"with {optimizer} the optimizer in backward still holds one layer's gradient, the largest "
+            f"({fewer[0]['gradient_bytes'] / 2**20:.2f} MiB), beside the activations, "
+            + ("while the kept gradients fit wholly in the memory the backward pass frees from the activations "
+               "(shared_by_gradients in fastckpt plan)" if shared else
+               "while most of the kept gradients go into the memory the backward pass frees from the activations")
+            + f": so {', '.join(r['strategy'] for r in fewer)} fit{'s' * (len(fewer) == 1)} a larger batch with "
+            "the gradients kept; with SGD the optimizer in backward holds no gradient at all")
 
 
 def _measured(sizes, batch, dtype, strategy, fused):
@@ -235,35 +276,3 @@ def _thin(points, n):
         return points
     keep = sorted(set(np.linspace(0, len(points) - 1, n).round().astype(int)))
     return [points[k] for k in keep]
-
-
-# -- profile ----------------------------------------------------------------------------------
-def profile(args):
-    import memray
-    (x_train, y_train), _ = load_data(args.data, args.sizes)
-    check_trainable(args.sizes, args.batch_size, args.dtype, args.strategy)
-    x, y = x_train[:args.batch_size], y_train[:args.batch_size]
-    NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype).update_mini_batch(x, y, 0.0)
-    os.makedirs(args.out, exist_ok=True)
-    html = os.path.join(args.out, "memray-flamegraph.html")
-    with tempfile.TemporaryDirectory() as tmp:
-        capture = os.path.join(tmp, "profile.bin")
-        with memray.Tracker(capture, native_traces=args.native, trace_python_allocators=True):   # as memray_peak
-            net = NetworkWithCheckpointing(args.sizes, strategy=args.strategy, dtype=args.dtype)
-            for _ in range(args.steps):
-                net.update_mini_batch(x, y, args.eta)
-        peak = memray.FileReader(capture).metadata.peak_memory
-        proc = subprocess.run([sys.executable, "-m", "memray", "flamegraph", "-f", "-o", html, capture],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"memray flamegraph failed: {proc.stderr.strip().splitlines()[-1]}")
-        pictures = write_peak_picture(capture, os.path.join(args.out, "memory-peak"),
-                                      title=f"{args.sizes}, {args.strategy}, batch {args.batch_size}, "
-                                            f"{args.steps} steps")
-    predicted = net.plan(args.batch_size).bytes()["total"]
-    print(f"memray flamegraph of building {args.sizes} with {args.strategy} and {args.steps} training steps: {html}")
-    print(f"where the peak goes, as pictures: {pictures[0]} and {pictures[1]}")
-    print("the HTML needs a browser with internet access (it loads its scripts from a CDN); "
-          "the PNG and SVG open offline")
-    print(f"peak {peak / 2**20:.3f} MiB measured, {predicted / 2**20:.3f} MiB planned")
-    return 0

@@ -10,7 +10,7 @@ from .guard import leave_job
 #: ``train``'s settings when neither the command line nor a --resume file gives them
 TRAIN_DEFAULTS = {"sizes": [784, 40, 30, 10], "batch_size": 10, "dtype": "float64", "strategy": "plain",
                   "loss": "quadratic", "l2": 0.0, "eta": 3.0, "seed": 0, "sgd_in_backward": False,
-                  "activation": "sigmoid", "optimizer": "sgd"}
+                  "activation": "sigmoid", "optimizer": "sgd", "init": "lab"}
 
 #: ``train --pipeline``'s options when not given; without --pipeline they may not be given
 PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "native", "partition": None}
@@ -30,6 +30,9 @@ TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g.
                     "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads, "
                     "--mpi, --pipeline or --tensor-parallel it bounds each worker's step (default: off, --strategy "
                     "decides)")
+PROFILE_MAX_MEMORY = ("profile the step train --max-memory BYTES plans on one process without --save: the fit of "
+                      "what the data, the staging rows, an evaluation and the result lists of --epochs leave of "
+                      "BYTES (default: off, --strategy decides)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
               "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
               "as --strategy fit(BYTES). "
@@ -37,6 +40,15 @@ MAX_MEMORY = ("plan the least recomputation whose predicted training step fits B
 
 
 class Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but a flag the command does not know is refused by the command's own parser, so
+        the line names it (``fastckpt profile: error: unrecognized arguments: --nope``)."""
+        found, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(found, "command", None)
+            (getattr(self, "subcommands", {}).get(command) or self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return found
+
     def error(self, message):
         """One line and exit 2, as argparse does, without the usage block (and the MPI job's end, if
         other ranks may wait for this one: :func:`~fastckpt.cli.guard.leave_job`)."""
@@ -186,6 +198,11 @@ def depths(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"must be integers >= 1, got {text!r}")
     return values
+
+
+def measured_depths(text):
+    """``analyze --measure``: depths as :func:`depths` reads them, or ``""`` for none (no memray run)."""
+    return [] if not text.strip() else depths(text)
 
 
 def nbytes(text):

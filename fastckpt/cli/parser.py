@@ -5,9 +5,20 @@ from fastckpt._version import __version__
 from fastckpt.planner.strategies import Fit, format_bytes, parse_strategy
 
 from . import options as o
-from .options import MAX_MEMORY, PIPELINE_DEFAULTS, STRATEGIES, TRAIN_DEFAULTS, TRAIN_MAX_MEMORY, Help, Parser
+from .options import (
+    MAX_MEMORY,
+    PIPELINE_DEFAULTS,
+    PROFILE_MAX_MEMORY,
+    STRATEGIES,
+    TRAIN_DEFAULTS,
+    TRAIN_MAX_MEMORY,
+    Help,
+    Parser,
+)
 
-DATA_HELP = "the lab's mnist.npz or an IDX folder (default: the embedded MNIST digits"
+DATA_KINDS = ("the lab's mnist.npz, an IDX folder, or embedded: the MNIST digits shipped with fastckpt (a folder "
+              "named embedded is ./embedded)")
+DATA_HELP = DATA_KINDS + " (default: embedded"
 
 
 def parser():
@@ -16,6 +27,7 @@ def parser():
     top.add_argument("--version", action="version", version=f"fastckpt {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     top.commands = []
+    top.subcommands = sub.choices                      # whose own error names an unknown flag's command
     for name, summary, add, description in COMMANDS:
         top.commands.append((name, summary))
         add(sub.add_parser(name, help=summary, description=description or summary, formatter_class=Help))
@@ -24,7 +36,7 @@ def parser():
 
 def settled(args):
     """A copy of the parsed ``args`` with ``--max-memory B`` read as ``--strategy fit(B)`` and the
-    command's default strategy filled in (``train``'s waits for its --resume file)."""
+    command's default strategy filled in (``train``'s waits for its --resume file, ``profile``'s for its FILE)."""
     if not hasattr(args, "max_memory") or not hasattr(args, "strategy"):      # analyze: a bound per depth
         return args
     strategy = args.strategy
@@ -33,8 +45,8 @@ def settled(args):
             raise ValueError(f"give --strategy or --max-memory, not both; got --strategy {args.strategy} and "
                              f"--max-memory {format_bytes(args.max_memory)}")
         strategy = Fit(args.max_memory)
-    elif args.strategy is None and args.command != "train":
-        strategy = parse_strategy("every_nth(2)")
+    elif args.strategy is None and args.command not in ("train", "profile"):
+        strategy = parse_strategy(TRAIN_DEFAULTS["strategy"])           # one default for every command
     return argparse.Namespace(**dict(vars(args), strategy=strategy))
 
 
@@ -74,19 +86,19 @@ def _json(p):
     p.add_argument("--json", action="store_true", help="print the results as JSON for scripts")
 
 
-def _sgd_in_backward(p, verb="plan for", default=False):
+def _sgd_in_backward(p, verb="plan for", default=False, theirs=None):
     p.add_argument("--optimizer-in-backward", "--sgd-in-backward", dest="sgd_in_backward", action="store_true",
                    default=default,
                    help=f"{verb} the optimizer in backward: each layer's step as soon as its gradient is final, so "
-                        "no gradient buffers with SGD and one layer's with another optimizer (default: off"
-                        + (", or the --resume file's)" if default is None else ")"))
+                        "no gradient buffers with SGD and one layer's with another optimizer; --sgd-in-backward, its "
+                        "older name, is the same flag (default: off" + (f", or {theirs})" if theirs else ")"))
 
 
-def _optimizer(p, default="sgd"):
+def _optimizer(p, default="sgd", theirs=None):
     p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default=default,
                    help="the update, with PyTorch's defaults; --eta is its learning rate (adam wants ~0.001); its "
                         "state (velocity, or Adam's two moments) is planned with the parameters (default: sgd, the "
-                        "lab's" + (", or the --resume file's)" if default is None else ")"))
+                        "lab's" + (f", or {theirs})" if theirs else ")"))
 
 
 # -- the commands -------------------------------------------------------------------------------
@@ -109,12 +121,12 @@ def _compare(p):
 
 def _plan(p):
     _common(p)
-    _strategy(p, "every_nth(2)")
+    _strategy(p, TRAIN_DEFAULTS["strategy"])
     _sgd_in_backward(p)
     _optimizer(p)
     p.add_argument("--data", default=None,
                    help="also predict train's whole run on this data, part by part; --max-memory then bounds the "
-                        "whole run as in train (" + DATA_HELP.split(" (")[0] + "; default: the step only)")
+                        "whole run as in train: " + DATA_KINDS + " (default: the step only)")
     p.add_argument("--epochs", type=o.positive, default=10, help="epochs of the whole run (with --data)")
     p.add_argument("--max-batch", action="store_true",
                    help="with --max-memory: the largest batch whose whole run fits it, for plain, every_nth(2) and "
@@ -126,7 +138,8 @@ def _plan(p):
 def _analyze(p):
     _common(p, sizes=False)
     p.add_argument("--depths", type=o.depths, default=[1, 2, 4, 8, 16, 32, 64], help="hidden layers to plan")
-    p.add_argument("--measure", type=o.depths, default=[1, 4, 16], help="depths also measured with memray")
+    p.add_argument("--measure", type=o.measured_depths, default=[1, 4, 16],
+                   help='depths also measured with memray; "" measures none')
     p.add_argument("--width", type=o.positive, default=256, help="units per hidden layer")
     p.add_argument("--n-in", type=o.positive, default=784, help="input units")
     p.add_argument("--n-out", type=o.positive, default=10, help="output units")
@@ -142,36 +155,36 @@ def _analyze(p):
     p.set_defaults(batch_size=100)
 
 
-def _train(p):
+def _net_flags(p, theirs, max_memory):
+    """The flags that shape the net and its training step, shared by ``train`` and ``profile``: each defaults
+    to ``theirs`` (the --resume file's, FILE's) first, then :data:`TRAIN_DEFAULTS`."""
     def unset(flag, kind, text, key, **kwargs):
-        """An option whose default comes from the --resume file first, then :data:`TRAIN_DEFAULTS`."""
         value = TRAIN_DEFAULTS[key]
         shown = ",".join(map(str, value)) if isinstance(value, list) else value
-        p.add_argument(flag, type=kind, default=None, help=f"{text} (default: {shown}, or the --resume file's)",
-                       **kwargs)
+        p.add_argument(flag, type=kind, default=None, help=f"{text} (default: {shown}, or {theirs})", **kwargs)
     unset("--sizes", o.sizes, "layer widths, input first, comma-separated", "sizes")
     unset("--batch-size", o.positive, "samples per mini-batch", "batch_size")
-    p.add_argument("--dtype", choices=["float64", "float32"], default=None,
-                   help=f"precision of parameters and activations (default: {TRAIN_DEFAULTS['dtype']}, or the "
-                        "--resume file's)")
-    _strategy(p, "plain, or the --resume file's", TRAIN_MAX_MEMORY)
+    unset("--dtype", None, "precision of parameters and activations", "dtype", choices=["float64", "float32"])
+    _strategy(p, f"plain, or {theirs}", max_memory)
+    unset("--eta", o.rate, "the learning rate", "eta")
+    unset("--seed", o.seed, "numpy.random seed of the initial weights", "seed")
+    unset("--loss", None, "quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)", "loss",
+          choices=["quadratic", "cross_entropy"])
+    unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
+    _sgd_in_backward(p, "train with", default=None, theirs=theirs)
+    unset("--activation", None, "the hidden layers' activation", "activation", choices=["sigmoid", "tanh", "relu"])
+    p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default=None,
+                   help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
+                        f"on fan_in (he, PyTorch's kaiming_normal_) (default: lab; {theirs} are its weights)")
+    _optimizer(p, None, theirs=theirs)
+
+
+def _train(p):
+    _net_flags(p, "the --resume file's", TRAIN_MAX_MEMORY)
     p.add_argument("--epochs", type=o.positive, default=10,
                    help="epochs in all; with --resume, counting those the file has done")
-    unset("--eta", o.rate, "SGD learning rate", "eta")
-    unset("--seed", o.seed, "numpy.random seed of the initial weights", "seed")
     p.add_argument("--data", default=None, help=DATA_HELP + ", or the --resume file's)")
     _train_parallel(p)
-    p.add_argument("--loss", choices=["quadratic", "cross_entropy"], default=None,
-                   help="quadratic (sigmoid output, the lab's) or cross_entropy (softmax output) "
-                        f"(default: {TRAIN_DEFAULTS['loss']}, or the --resume file's)")
-    unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
-    _sgd_in_backward(p, "train with", default=None)
-    p.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None,
-                   help="the hidden layers' activation (default: sigmoid, the lab's, or the --resume file's)")
-    p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default="lab",
-                   help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
-                        "on fan_in (he, PyTorch's kaiming_normal_) (default: lab)")
-    _optimizer(p, None)
     p.add_argument("--lr-schedule", type=o.lr_schedule, default=None, metavar="SCHEDULE",
                    help="--eta per epoch: constant, step(N[, gamma]) (times gamma, 0.1 by default, every N epochs) or "
                         "cosine[(T[, eta_min])] (down to eta_min over T epochs, by default all of --epochs), "
@@ -230,19 +243,27 @@ def _train_parallel(p):
 
 
 def _profile(p):
-    _common(p)
-    _strategy(p, "every_nth(2)")
+    p.add_argument("file", metavar="FILE", nargs="?", default=None,
+                   help="a net saved by train --save or net.save: profile training it as saved (its settings, "
+                        "weights and optimizer state; the batch size, learning rate and data its training state "
+                        "records); then give none of the flags that shape the net (default: a new net of those "
+                        "flags, as train makes it)")
+    _net_flags(p, "FILE's", PROFILE_MAX_MEMORY)
+    p.add_argument("--epochs", type=o.positive, default=10,
+                   help="with --max-memory: the epochs of the train run whose bound it is (its result lists)")
+    p.add_argument("--data", default=None, help=DATA_HELP + ", or the data FILE was trained on)")
     p.add_argument("--steps", type=o.positive, default=20, help="training steps recorded")
-    p.add_argument("--eta", type=o.rate, default=3.0, help="SGD learning rate")
-    p.add_argument("--data", default=None, help=DATA_HELP + ")")
     p.add_argument("--native", action="store_true", help="record native (C) stacks too")
     p.add_argument("--out", default="fastckpt-profile", metavar="DIR", help="folder for the report")
+    _blas_threads(p)
 
 
 def _use(p, what):
     p.add_argument("file", metavar="FILE", help="a net saved by train --save or net.save")
-    p.add_argument("--data", default=None, help=DATA_HELP + ")" + (", or a .npy array of inputs, one sample per "
-                                                                       "row" if what == "predict" else ""))
+    p.add_argument("--data", default=None,
+                   help=DATA_KINDS + (", or a .npy array of inputs, one sample per row" if what == "predict" else "")
+                   + " (default: the data FILE was trained on, which train --save records; a file saved by net.save "
+                     "records none and needs --data)")
     p.add_argument("--split", choices=["test", "train"], default="test", help="which part of --data (default: test)")
 
 

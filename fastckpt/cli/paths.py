@@ -8,6 +8,8 @@ import tempfile
 
 from fastckpt.core.files import npz_name
 
+from .data import EMBEDDED
+
 
 def check_paths(args):
     """Refuse a missing ``--data`` or ``--resume``, an unusable ``--out`` folder or ``--save`` file;
@@ -16,7 +18,7 @@ def check_paths(args):
     if resume is not None and not os.path.isfile(resume) and not os.path.isfile(npz_name(resume)):
         raise ValueError(f"--resume {resume!r}: no such file")
     data = getattr(args, "data", None)
-    if data is not None and not os.path.exists(data):
+    if data is not None and data != EMBEDDED and not os.path.exists(data):
         raise ValueError(f"--data {data!r}: no such file or folder")
     out = getattr(args, "out", None)
     if out is not None:

@@ -11,23 +11,25 @@ That holds in every mode: one process or threads, MPI data parallelism, pipeline
 and tensor parallelism (every rank reads the file and takes its part of the
 net and of the optimizer's state).  The file records how it was trained
 (:func:`run_mode`), and a resume in another mode or on other ranks is refused:
-its sums would round otherwise.
+its sums would round otherwise.  ``--eta`` alone may change: the run then goes
+on at the new rate (fine-tuning), and is no longer the unbroken one's.
 """
-import hashlib
 import os
 
 import numpy as np
 
 from fastckpt.core.files import npz_name
-from fastckpt.data import source_files
 from fastckpt.nets import load
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
+from .data import EMBEDDED, data_path, fingerprint
 from .options import pipeline_options, tensor_shards
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
+
+FLAGS = {"sgd_in_backward": "--optimizer-in-backward"}     # a setting's flag, where it is not its key's spelling
 
 # what a --resume file's training state must hold: (kind, least value)
 STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
@@ -76,7 +78,7 @@ def training_state(run, accuracies, epochs_done, updates_done, n_train, per_upda
             "max_memory": run.max_memory, "shuffle": run.shuffle, "validation": run.validation,
             "lr_schedule": run.lr_schedule,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
-            "data": None if run.data is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
+            "data": None if data_path(run.data) is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
 
 
@@ -131,12 +133,14 @@ def resumed(args, modes):
     for key in SETTINGS:
         if key == "strategy" and args.max_memory is not None and state.get("max_memory") == args.max_memory:
             continue                        # the whole-run bound the file's run had, which fixed its fit
+        if key == "eta":
+            continue                        # another rate fine-tunes: said by cli/notes.py
         _check_same(args, key, saved[key], state)
     data = args.data if args.data is not None else saved["data"]
     if args.data is None and data is not None and not (os.path.isfile(data) or os.path.isdir(data)):
         raise ValueError(f"--resume {args.resume!r} was trained on --data {data!r}, which is not a file or folder "
                          "now; give --data with the same data")
-    if data is not None and fingerprint(data) != state.get("data_sha256"):
+    if data_path(data) is not None and fingerprint(data) != state.get("data_sha256"):
         raise ValueError(f"--resume {args.resume!r} was trained on {data!r}, whose contents have changed since")
     if state["epochs_done"] >= args.epochs:
         raise ValueError(f"--epochs {args.epochs}: the --resume file has already trained {state['epochs_done']} "
@@ -164,9 +168,10 @@ def resumed(args, modes):
 def _check_same(args, key, saved, state):
     """Refuse a flag that would change what the --resume file's run fixes."""
     given = getattr(args, key)
-    flag = "--" + key.replace("_", "-")
+    flag = FLAGS.get(key, "--" + key.replace("_", "-"))
     if key == "data" and given is not None:
-        same = fingerprint(given) == state.get("data_sha256") and saved is not None
+        same = saved is None if data_path(given) is None else \
+            fingerprint(given) == state.get("data_sha256") and saved is not None
     else:
         same = given is None or (str(given) if key == "strategy" else given) == saved
     if not same:
@@ -197,25 +202,9 @@ def _check_state(state, path):
         raise ValueError(f"{where} lacks numpy.random's state (rng)")
 
 
-def fingerprint(data):
-    """SHA-256 of the files the loader reads for ``data`` (the file, or an IDX folder's four files by name,
-    nothing else in the folder); None for the embedded digits."""
-    if data is None:
-        return None
-    digest = hashlib.sha256()
-    folder = os.path.isdir(data)
-    for name in source_files(data):
-        if folder:
-            digest.update(os.path.basename(name).encode() + b"\0")
-        with open(name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 def _shown(key, value):
     if key == "sizes":
         return ",".join(map(str, value))
     if key == "data":
-        return "the embedded MNIST" if value is None else repr(value)
+        return f"{EMBEDDED} (the embedded MNIST)" if data_path(value) is None else repr(value)
     return str(value)

@@ -18,15 +18,16 @@ from fastckpt.nets.io import save_arrays
 from fastckpt.parallel import DataParallel, MPITrainer, PipelineTrainer, TensorParallelTrainer
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
-from fastckpt.planner.pays import does_not_pay
 from fastckpt.planner.run import refuse_under_mkl
+from fastckpt.planner.strategies import format_bytes
 
 from .bound import bounded
-from .data import check_trainable, load_data
+from .data import check_trainable, fingerprint, load_data
 from .guard import RankGuard
+from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid, check_lone_flags, pipeline_options, tensor_shards
 from .progress import TrainBar
-from .resume import SETTINGS, Saver, fingerprint, resumed, run_mode, training_state
+from .resume import SETTINGS, Saver, resumed, run_mode, training_state
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def modes_of(args):
         refuse_under_mkl("--max-memory", args.max_memory)
     check_lone_flags(args)
     if args.sgd_in_backward and (modes or args.threads > 1 or args.parallel_batches):
-        raise ValueError("--sgd-in-backward steps each layer as its gradient is final, on one process; with "
+        raise ValueError("--optimizer-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{modes[0] if modes else '--threads or --parallel-batches'} the gradients of several "
                          "mini-batches are summed first, so leave it out")
     for flag in ("--shuffle", "--validation"):
@@ -131,16 +132,7 @@ def train(args):
     lead = guard is None or guard.rank == 0
     run = bounded(args, run, state, whole=not modes and args.threads == 1 and not run.parallel_batches and net is None,
                   training=(x_train, y_train), test=test)
-    note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
-                        optimizer=run.optimizer)
-    if lead and note and not args.json and not args.pipeline and not args.tensor_parallel:   # one process's bytes
-        print(f"fastckpt train: note: {note}", file=sys.stderr)
-    schedule = parse_lr_schedule(run.lr_schedule)
-    if lead and state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
-        print(f"fastckpt train: note: the --resume file's --lr-schedule {schedule} reached its eta_min "
-              f"{schedule.eta_min:g} at epoch {schedule.epochs}, so epochs {schedule.epochs}..{args.epochs - 1} "
-              f"train at {schedule.eta_min:g}; --lr-schedule 'cosine({args.epochs})' anneals over all "
-              f"{args.epochs}", file=sys.stderr)
+    bound = say_before_training(args, run, state, (x_train, y_train), test) if lead else None
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
     done = state["epochs_done"] if state else 0
@@ -152,12 +144,13 @@ def train(args):
             np.random.seed(run.seed)
             net = NetworkWithCheckpointing(run.sizes, strategy=run.strategy, dtype=run.dtype, loss=run.loss,
                                            l2=run.l2, optimizer_in_backward=run.sgd_in_backward,
-                                           activation=run.activation, init=args.init, optimizer=run.optimizer)
+                                           activation=run.activation, init=args.init or TRAIN_DEFAULTS["init"],
+                                           optimizer=run.optimizer)
         times, accuracies, workers = _one_net(args, run, net, state, guard, (x_train, y_train), test, lead)
     if guard is not None:
         guard.finish()
     if lead:
-        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0)
+        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0, bound)
     return 0
 
 
@@ -167,7 +160,7 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
     rng = np.random.get_state()                          # where a --resume file's run left it
     np.random.seed(run.seed)
     pipe = run.pipeline
-    net = {"activation": run.activation, "init": args.init, "optimizer": run.optimizer}
+    net = {"activation": run.activation, "init": args.init or TRAIN_DEFAULTS["init"], "optimizer": run.optimizer}
     if args.pipeline:
         trainer = guard.run(PipelineTrainer, run.sizes, pipe["micro_batches"], schedule=pipe["schedule"],
                             strategy=run.strategy, dtype=run.dtype, loss=run.loss, l2=run.l2,
@@ -194,8 +187,9 @@ def _model_parallel(args, run, guard, training, test, lead, resumed_net=None, st
                 exclusive=exclusive, training=training_state(run, before + trainer.accuracies, epoch + 1,
                                                              updates_before + updates, len(training[0]), 1),
                 activation=run.activation, optimizer=run.optimizer, optimizer_state=state))
+    bar.watch(trainer)
     _, times = guard.run(trainer.SGD, training, args.epochs - done, run.batch_size, run.eta, test_data=test,
-                         verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, trainer),
+                         verbose=False, progress=bar.progress, on_epoch=bar.after(saved, trainer),
                          lr_schedule=run.lr_schedule, first_epoch=done)
     workers = {"ranks": guard.ranks, "bytes_sent_per_update": round(trainer.bytes_per_update)}   # every rank
     if args.pipeline:
@@ -229,21 +223,23 @@ def _one_net(args, run, net, state, guard, training, test, lead):
             run, before + net.accuracies, epoch + 1, updates_before + updates, len(training[0]),
             per_update or args.threads)))
     if args.mpi:
-        trainer = guard.run(MPITrainer, net, bucket_bytes=args.bucket_bytes)
+        trainer = bar.watch(guard.run(MPITrainer, net, bucket_bytes=args.bucket_bytes))
         per_update = per_update or trainer.ranks
         _, times = guard.run(trainer.SGD, training, epochs, run.batch_size, run.eta, test_data=test,
-                             parallel_batches=per_update, verbose=bar.lines, progress=bar.progress,
+                             parallel_batches=per_update, verbose=False, progress=bar.progress,
                              on_epoch=bar.after(saved, net), lr_schedule=run.lr_schedule, first_epoch=done)
         workers = {"ranks": trainer.ranks, "parallel_batches": per_update,
                    "bytes_sent_and_received_per_update": trainer.bytes_per_update}
     elif args.threads > 1 or per_update:
         with DataParallel(net, threads=args.threads) as dp:
+            bar.watch(dp)
             _, times = dp.SGD(training, epochs, run.batch_size, run.eta, test_data=test, parallel_batches=per_update,
-                              verbose=bar.lines, progress=bar.progress, on_epoch=bar.after(saved, net),
+                              verbose=False, progress=bar.progress, on_epoch=bar.after(saved, net),
                               first_epoch=done, lr_schedule=run.lr_schedule)
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
-        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=bar.lines,
+        bar.watch(net)
+        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=False,
                            progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done,
                            shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation,
                            lr_schedule=run.lr_schedule)
@@ -253,22 +249,27 @@ def _one_net(args, run, net, state, guard, training, test, lead):
     return times, before + net.accuracies, workers
 
 
-def _report(args, run, state, done, times, accuracies, workers, seconds):
-    """The run's one line (or its JSON)."""
+def _report(args, run, state, done, times, accuracies, workers, seconds, bound=None):
+    """The run's one line (or its JSON); ``bound``: what the memory bound chose (:mod:`fastckpt.cli.notes`)."""
     result = {"sizes": run.sizes, "strategy": str(run.strategy), "loss": run.loss, "l2": run.l2,
               "batch_size": run.batch_size, "eta": run.eta, "epochs": args.epochs, "accuracies": accuracies,
               "updates": len(times), "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
               "seconds": seconds, **workers}
+    if bound:
+        result["bound"] = bound
     if args.resume:
         result["resumed_after_epoch"] = done                       # updates and ms_per_update are this run's
         result["updates_in_all"] = state["updates_done"] + len(times)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"trained {run.sizes} ({result['strategy']}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
+    shown = result["strategy"] if not bound else f"--max-memory {format_bytes(bound['max_memory'])}: " + (
+        f"{bound['recomputed_layers']} of {len(run.sizes) - 1} layers recomputed" if bound["recomputed_layers"]
+        else "nothing recomputed")
+    print(f"trained {run.sizes} ({shown}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
           + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
           + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
-          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s"
+          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s in all"
           + "".join(f", {key.replace('_', ' ')} {_shown(value)}" for key, value in workers.items()))
     if args.save:
         print(f"saved to {args.save}" + ("" if args.save.endswith(".npz") else ".npz"))

@@ -1,8 +1,10 @@
 """``fastckpt evaluate FILE`` and ``fastckpt predict FILE``: a saved net on data, from the command line.
 
-``--data`` is what ``train`` reads (the lab's mnist.npz, an IDX folder, or the
-embedded digits); ``predict`` also reads a ``.npy`` array of inputs, one sample
-per row, which has no labels.
+Without ``--data`` they take the data FILE was trained on, which ``train --save`` records (the path, or the
+embedded digits, and the files' SHA-256): a net is judged on what it learnt, not on the embedded digits by
+default.  A file that records none (``net.save`` from Python), or whose data is gone or changed, is
+refused, pointing at ``--data``.  ``--data`` is what ``train`` reads (the lab's mnist.npz, an IDX folder, or
+``embedded``); ``predict`` also reads a ``.npy`` array of inputs, one sample per row, which has no labels.
 """
 import json
 import os
@@ -13,38 +15,44 @@ import numpy as np
 from fastckpt.data import load_mnist
 from fastckpt.nets import load
 
-from .data import CLASSES
+from .data import CLASSES, EMBEDDED, data_name, data_path, recorded_data
 from .paths import npz_name
 
 
 def evaluate(args):
     """Accuracy of the saved net on one split of the data (and the count behind it)."""
-    net = _net(args.file)
+    net = load_net(args.file)
     if args.data is not None and args.data.endswith(".npy"):
         raise ValueError(f"--data {args.data!r}: a .npy array holds inputs without labels; evaluate needs an "
                          "mnist.npz or an IDX folder (predict takes a .npy)")
-    x, y = _split(args, net)
+    data, said = _data(args, net)
+    x, y = _split(data, args.split, net)
     accuracy = net.evaluate(x, y)
     correct = int(round(accuracy * len(x)))
     if args.json:
-        print(json.dumps({"file": args.file, "sizes": net.sizes, "split": args.split, "samples": len(x),
-                          "correct": correct, "accuracy": accuracy}, indent=2))
+        print(json.dumps({"file": args.file, "sizes": net.sizes, "data": data_path(data) or EMBEDDED,
+                          "data_from": "--data" if args.data is not None else "FILE", "split": args.split,
+                          "samples": len(x), "correct": correct, "accuracy": accuracy}, indent=2))
     else:
-        print(f"{args.file}: accuracy {accuracy:.4f} ({correct} of {len(x)} {args.split} samples)")
+        print(f"{args.file}: accuracy {accuracy:.4f} ({correct} of {len(x)} {args.split} samples of {said})")
     return 0
 
 
 def predict(args):
-    """The class index of every sample, one per line on stdout or in ``--output``."""
+    """The class index of every sample, one per line on stdout or in ``--output``; which data, on stderr."""
     if args.force and args.output is None:
         raise ValueError("--force lets --output replace a file; without --output it would change nothing")
-    net = _net(args.file)
+    net = load_net(args.file)
     if args.data is not None and args.data.endswith(".npy"):
         x = _inputs(args.data, net.sizes[0])
+        said = f"the {len(x)} rows of {args.data!r}"
     else:
-        x, _ = _split(args, net)
+        data, source = _data(args, net)
+        x, _ = _split(data, args.split, net)
+        said = f"the {len(x)} {args.split} samples of {source}"
     labels = net.predict(x).astype(np.int64)
     if args.output is None:
+        print(f"fastckpt predict: the classes of {said}, one per line", file=sys.stderr)
         sys.stdout.write("".join(f"{int(k)}\n" for k in labels))
         return 0
     if os.path.exists(args.output) and not args.force:
@@ -54,20 +62,30 @@ def predict(args):
     else:
         with open(args.output, "w") as f:
             f.write("".join(f"{int(k)}\n" for k in labels))
-    print(f"{len(labels)} predictions written to {args.output}", file=sys.stderr)
+    print(f"fastckpt predict: the classes of {said} written to {args.output}", file=sys.stderr)
     return 0
 
 
-def _net(path):
+def load_net(path):
+    """The net saved at ``path`` (``.npz`` appended as numpy does), or a ValueError naming FILE."""
     if not os.path.isfile(path) and not os.path.isfile(npz_name(path)):
         raise ValueError(f"FILE {path!r}: no such file")
     return load(path if os.path.isfile(path) else npz_name(path))
 
 
-def _split(args, net):
-    """(x, y) of ``--split`` from ``--data``, refused when the net does not take its images or give its classes."""
-    train, test = load_mnist(args.data, compact=True)
-    x, y = train if args.split == "train" else test
+def _data(args, net):
+    """``(data, words)``: ``--data`` as given, else the data the file records (:func:`recorded_data`), and
+    which it is, for the printed line."""
+    if args.data is not None:
+        return args.data, data_name(args.data)
+    data = recorded_data(args.file, net.training_state)
+    return data, f"{data_name(data)}, which it was trained on"
+
+
+def _split(data, split, net):
+    """(x, y) of ``split`` of ``data``, refused when the net does not take its images or give its classes."""
+    train, test = load_mnist(data_path(data), compact=True)
+    x, y = train if split == "train" else test
     if x.shape[1] != net.sizes[0] or net.sizes[-1] != CLASSES:
         raise ValueError(f"the net's sizes {net.sizes} do not fit the data: it has {x.shape[1]} inputs and "
                          f"{CLASSES} classes")

@@ -148,5 +148,14 @@ def training_state(training, members, path):
                 or type(rng["cached_gaussian"]) not in (int, float):
             raise ValueError(f"path {path!r}: its training state's rng must hold pos (0..624), has_gauss (0 or 1) "
                              f"and cached_gaussian, got {rng!r}")
-        training["rng"] = ("MT19937", members["rng_keys"], rng["pos"], rng["has_gauss"], rng["cached_gaussian"])
+        training["rng"] = RandomState(("MT19937", members["rng_keys"], rng["pos"], rng["has_gauss"],
+                                       rng["cached_gaussian"]))
     return training
+
+
+class RandomState(tuple):
+    """``numpy.random.get_state()``'s tuple as a file keeps it, shown in one short line: its 624 key words
+    are in the tuple (``numpy.random.set_state`` takes it) but not in its repr."""
+
+    def __repr__(self):
+        return f"<MT19937 state: 624 words, pos {self[2]}>"

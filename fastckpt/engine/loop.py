@@ -91,13 +91,15 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
                 try:
                     losses.append(update(group, rate))
                 except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {epoch}, update {i}: {exc}") from exc
+                    raise FloatingPointError(f"training stopped at epoch {epoch + 1}/{first_epoch + epochs}, update "
+                                             f"{i + 1}/{len(groups)}: {exc}") from exc     # counted from 1, as the bar
                 updatetime.append(time.perf_counter() - t0)
                 if progress is not None:
                     progress(j, i + 1, len(groups))
             line = _end_epoch(net, epoch, losses, test_data, validation)
             if bar is not None:
                 bar.clear()
+                bar.end_epoch()
             if verbose:
                 print(line, flush=True)
             if on_epoch is not None:
@@ -120,7 +122,7 @@ def _end_epoch(net, epoch, losses, test_data, validation):
         net.history["val_accuracy"].append(val)
         if net.history["loss"]:
             line += f", training loss: {net.history['loss'][-1]:.6g}"
-        line += f", validation accuracy: {val}"
+        line += f", validation accuracy: {val:.4g}"
     return line
 
 

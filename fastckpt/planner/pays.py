@@ -65,5 +65,5 @@ def does_not_pay(sizes, batch_size, dtype, strategy, *, optimizer_in_backward=Fa
     if not optimizer_in_backward:
         fused = pays_from(sizes, dtype, strategy, optimizer_in_backward=True, optimizer=optimizer)
         if fused is not None and (start is None or fused < start):
-            line += f", or from batch {fused} with the optimizer in backward (--sgd-in-backward)"
+            line += f", or from batch {fused} with the optimizer in backward (--optimizer-in-backward)"
     return line

@@ -174,9 +174,9 @@ class Plan:
         lines = [
             f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
             f"{self.dtype.name}{self._update_mode()}",
-            f"kept after the forward pass: {_spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
+            f"kept after the forward pass: {spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
             "input)",
-            f"recomputed during backward, in order: {_spans(order, ordered=True) if order else 'nothing'}",
+            f"recomputed during backward, in order: {spans(order, ordered=True) if order else 'nothing'}",
             f"forward computations per layer: {runs}",
             f"extra FLOPs: {100 * self.extra_flop_fraction:.1f}% of a plain step "
             f"(recompute factor {self.recompute_factor:.3f})",
@@ -194,7 +194,7 @@ class Plan:
         return f", {name}" if self.optimizer.slots else ""
 
 
-def _spans(values, ordered=False):
+def spans(values, ordered=False):
     """``0-3 7 9-12``: runs of consecutive integers (in the given order when ``ordered``)."""
     values = list(values) if ordered else sorted(values)
     out, start = [], None

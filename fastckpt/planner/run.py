@@ -54,6 +54,8 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # is (numpy's writer copies at most 16 MiB of one array at a time).  The step's workspace lives through
 # the run, so these add to it, but not to the step's BLAS job table, which lives only inside a GEMM.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
+NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table, an evaluation and a save but
+                                  # the largest: they are never held together, so the parts add up to the total
 RECORD_BYTES = 72          # one update's RSS (an int) and time (a float) in the lab's two lists
 SAVE_EXTRA = 64 * 1024     # the zip archive's buffers and the metadata of one save
 
@@ -69,19 +71,30 @@ def staged(a, dtype):
     return not (isinstance(a, np.ndarray) and a.dtype == np.dtype(dtype) and a.flags.c_contiguous)
 
 
+def staging_bytes(plan, x, y):
+    """The staging rows a minibatch of ``x`` and ``y`` (the data, or its rows) is converted into for a step
+    of ``plan``: none for C-contiguous rows of the net's dtype; a minibatch of compact images and integer
+    labels (what the commands read) always is converted."""
+    rows, item = plan.batch_size, plan.dtype.itemsize
+    return (rows * plan.sizes[0] * item if staged(x, plan.dtype) else 0) + \
+        (rows * plan.sizes[-1] * item if staged(y, plan.dtype) else 0)
+
+
 def run_bytes(plan, training, test=None, *, updates, save=False):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training`` and ``test`` the (x, y) pairs the run reads; ``updates`` how
     many updates it makes (its result lists grow by one entry each); ``save``: whether it saves the
-    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak.
+    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak: the sum of the
+    entries before it but those of the step's parts (``step: total`` is their sum), one of which, ``not held at
+    once`` (zero or negative), takes off the step's BLAS job table, the evaluation and the save but the
+    largest of them, since the three are never held together.
     """
     (x, y), dtype, sizes = training, plan.dtype, plan.sizes
     parts = {"data": data_bytes(x, y, *(test or ()))}
     parts.update({f"step: {k}": v for k, v in plan.bytes().items() if k != "activation_memory"})
-    batch, item = plan.batch_size, dtype.itemsize
-    parts["staging"] = (batch * sizes[0] * item if staged(x, dtype) else 0) + \
-        (batch * sizes[-1] * item if staged(y, dtype) else 0)
+    item = dtype.itemsize
+    parts["staging"] = staging_bytes(plan, x, y)
     parts["records"] = int(updates) * RECORD_BYTES
     after = []
     if test is not None:
@@ -92,10 +105,12 @@ def run_bytes(plan, training, test=None, *, updates, save=False):
         largest = max(n_out * n_in for n_in, n_out in zip(sizes[:-1], sizes[1:])) * item
         parts["saving"] = min(largest, 16 * 2**20) + SAVE_EXTRA
         after.append(parts["saving"])
-    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save
+    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save, and those
+    # two come one at a time: the largest of the three counts, and the others are taken off again
     blas = parts["step: blas"]
-    parts["total"] = parts["data"] + parts["step: total"] - blas + parts["staging"] + parts["records"] + \
-        max([blas, *after])
+    parts[NOT_AT_ONCE] = max([blas, *after]) - blas - sum(after)
+    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts["records"] + sum(after) + \
+        parts[NOT_AT_ONCE]
     return parts
 
 
