@@ -100,6 +100,20 @@ def test_bad_sgd_arguments():
         net.SGD((x, y[:9]), 1, 2, 0.1)
 
 
+@pytest.mark.parametrize("first_epoch, exc, message", [(-1, ValueError, "first_epoch must be >= 0, got -1"),
+                                                       (True, TypeError, "first_epoch must be an integer, got True"),
+                                                       (1.5, TypeError, "first_epoch must be an integer, got 1.5")])
+def test_a_bad_first_epoch_is_refused_before_anything_trains(first_epoch, exc, message):
+    """An epoch "-1" used to train (at cosine's rate of the epoch before the first), and True was taken as 1."""
+    net = Network([4, 2])
+    before = [w.copy() for w in net.weights]
+    with pytest.raises(exc) as info:
+        net.SGD((np.zeros((10, 4)), np.zeros((10, 2))), 1, 2, 0.1, first_epoch=first_epoch, lr_schedule="cosine",
+                verbose=False)
+    assert str(info.value) == message
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights)) and not hasattr(net, "history")
+
+
 def test_bad_assigned_parameters_are_refused_at_once_and_change_nothing():
     net = Network([4, 3, 2])
     before = [a.copy() for a in net.weights + net.biases]

@@ -41,8 +41,11 @@ def check_positive_int(value, name, minimum=1):
 
 
 def check_nonnegative(value, name):
-    """``value`` as a finite float >= 0; the errors name ``name`` and the value."""
+    """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
+    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting."""
     try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
         v = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
