@@ -74,6 +74,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
         pair(test_data, "test_data")                     # refused before any training, not after an epoch
     first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
+    if eta is not None:
+        schedule.check_rates(eta, first_epoch, epochs)
     progress, bar = epoch_progress(progress, epochs, first_epoch)
     memusage, updatetime = [], []
     with net.params.lock if lock is None else lock, ResidentBytes() as rss:
