@@ -28,7 +28,7 @@ def check_dtype(dtype):
     return dt
 
 
-def check_positive_int(value, name, minimum=1):
+def check_positive_int(value, name, minimum=1, maximum=None):
     try:
         if isinstance(value, (bool, np.bool_)):      # an index to Python, but True is no count
             raise TypeError
@@ -37,6 +37,8 @@ def check_positive_int(value, name, minimum=1):
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {v}")
     return v
 
 
@@ -47,6 +49,8 @@ def check_nonnegative(value, name):
         if isinstance(value, (bool, np.bool_)):
             raise TypeError
         v = float(value)
+    except OverflowError:                            # an int past float64's range: not finite
+        v = np.inf
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
     if not np.isfinite(v) or v < 0:

@@ -32,6 +32,8 @@ from fastckpt.kernels import ADAM, MOMENTUM, counted_adam_step, counted_momentum
 from .checks import check_nonnegative, check_positive_int
 from .layout import layer_views
 
+MAX_STEPS = 2**63 - 2                  # the step kernels count in an int64, and the next step must fit it too
+
 
 class Optimizer:
     """Base class: the hyper-parameters of an update rule, and ``slots`` state buffers it needs."""
@@ -224,7 +226,7 @@ class OptimizerState:
     def restore(self, sizes, steps, arrays):
         """Set the state from :meth:`arrays`' layout and the step count (a saved file's), after checking
         that every array is there in its shape."""
-        steps = check_positive_int(steps, "optimizer steps", minimum=0)
+        steps = check_positive_int(steps, "optimizer steps", minimum=0, maximum=MAX_STEPS)
         if set(arrays) != set(self.optimizer.state_names):
             raise ValueError(f"the {self.optimizer.name} optimizer's state is {', '.join(self.optimizer.state_names)}"
                              f", got {', '.join(sorted(arrays)) or 'nothing'}")
