@@ -479,6 +479,33 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
 
 
+def _adam_file(tmp_path, rng):
+    net = Network([6, 5, 3], optimizer="adam")
+    x, y = rng.random((20, 6)), np.eye(3)[rng.integers(0, 3, 20)]
+    net.SGD((x, y), 1, 10, 0.01, verbose=False)
+    return net, net.save(tmp_path / "adam.npz")
+
+
+@pytest.mark.parametrize("member, at", [("v_weights_0", (2, 3)), ("v_biases_1", (1, 0))])
+def test_an_adam_state_with_a_negative_v_is_refused_as_damaged(tmp_path, rng, member, at):
+    """v is a mean of squared gradients: a negative value is no state a run reaches (every later step used to raise
+    FloatingPointError); -0.0 is one (the sign of a zero a step may write)."""
+    net, path = _adam_file(tmp_path, rng)
+    with np.load(path) as f:
+        v = f[member].copy()
+    assert (v >= 0).all()                                          # what a run writes
+    v[at] = -0.0
+    _rewrite(path, **{member: v})
+    loaded = fastckpt.load(path).optimizer_state.arrays(net.sizes)["v"]
+    assert np.array_equal(loaded[0 if "weights" in member else 1][int(member[-1])], v)
+    v[at] = -1e-12
+    _rewrite(path, **{member: v})
+    with pytest.raises(ValueError) as info:
+        fastckpt.load(path)
+    assert str(info.value) == (f"path {str(path)!r}: {member} holds -1e-12 at {at}, but adam's v is a mean of "
+                               "squared gradients, never negative: the file is damaged")
+
+
 def test_a_rng_state_of_inf_is_refused(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
     path = tmp_path / "p.npz"

@@ -40,6 +40,7 @@ class Optimizer:
 
     name = ""
     state_names = ()                   # one state buffer each, e.g. Adam's ("m", "v")
+    nonnegative_states = ()            # those no step can make negative (Adam's v, a mean of squares)
 
     @property
     def slots(self):
@@ -94,6 +95,7 @@ class Adam(Optimizer):
 
     name = "adam"
     state_names = ("m", "v")
+    nonnegative_states = ("v",)
     decoupled = False
 
     def __init__(self, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
