@@ -213,3 +213,18 @@ def test_sgd_max_memory_takes_data_given_as_lists():
         net.SGD((rows, labels), 1, 20, 0.1, verbose=False, max_memory="1GiB", shuffle=shuffle)
         with pytest.raises(ValueError, match="max_memory 1MiB"):
             net.SGD((rows, labels), 1, 20, 0.1, verbose=False, max_memory="1MiB", shuffle=shuffle)
+
+
+def test_a_bound_below_the_data_names_the_bytes_in_a_unit_that_shows_them():
+    """A run of a few hundred bytes used to need "more than 0.00 MiB"; every part is now in bytes, KiB, MiB or GiB."""
+    from fastckpt.core.resources import shown_bytes
+    x, y = np.zeros((20, 4)), np.zeros((20, 3))
+    net = fastckpt.Network([4, 3])
+    with pytest.raises(ValueError) as info:
+        net.SGD((x, y), 1, 5, 0.1, verbose=False, max_memory="1 KiB")
+    data, records = x.nbytes + y.nbytes, 4 * 72                     # 1120 bytes, and 4 updates' RSS and time
+    assert str(info.value) == (f"max_memory 1KiB: the whole run needs more than {(data + records) / 1024:.2f} KiB "
+                               f"before its training step: data {data / 1024:.2f} KiB, staging 0 bytes, records "
+                               f"{records} bytes")
+    assert [shown_bytes(n) for n in (0, 1, 1023, 1024, 1536, 2**20 - 1, 2**20, 3 * 2**30 + 2**29, 2**40)] == [
+        "0 bytes", "1 byte", "1023 bytes", "1.00 KiB", "1.50 KiB", "1024.00 KiB", "1.00 MiB", "3.50 GiB", "1.00 TiB"]

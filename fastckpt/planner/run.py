@@ -12,6 +12,7 @@ chunk; the larger of the two counts.  tests/test_compact.py holds memray's peak 
 """
 import numpy as np
 
+from fastckpt.core.resources import shown_bytes
 from fastckpt.kernels import blas_core as current_blas_core
 from fastckpt.kernels import blas_threads as current_blas_threads
 
@@ -160,9 +161,9 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     others = rest["data"] + rest["staging"] + rest["records"] + extra
     after = max(rest.get("evaluation", 0), rest.get("saving", 0))
     budget = bound - others - max(0, after - rest["step: blas"])
-    parts = ", ".join(f"{part} {value / MiB:.2f} MiB" for part, value in rest.items()
+    parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "records", "evaluation", "saving"))
-    parts += f", besides {extra / MiB:.2f} MiB" if extra else ""
+    parts += f", besides {shown_bytes(extra)}" if extra else ""
     least = None
     if budget > 0:
         try:
@@ -172,10 +173,10 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
             least = exc.minimum_bytes
     need = others + max(0, after - rest["step: blas"]) + (least or 0)
     if least is None:
-        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {need / MiB:.2f} MiB "
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(need)} "
                          f"before its training step: {parts}")
-    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {need / MiB:.2f} MiB: "
-                     f"{parts}, and the least training step {least / MiB:.2f} MiB")
+    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {shown_bytes(need)}: "
+                     f"{parts}, and the least training step {shown_bytes(least)}")
 
 
 def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, shuffled=False):
@@ -198,7 +199,7 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
     fit = fit_the_run(plan.sizes, plan.batch_size, plan.dtype, bound, training, test, updates=updates,
                       optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
                       extra=extra)
-    shown = ", ".join(f"{part} {parts[part] / MiB:.2f} MiB" for part in ("data", "step: total", "staging", "records",
+    shown = ", ".join(f"{part} {shown_bytes(parts[part])}" for part in ("data", "step: total", "staging", "records",
                                                                          "evaluation", "besides") if part in parts)
-    raise ValueError(f"{name} {format_bytes(bound)}: this run needs {parts['total'] / MiB:.2f} MiB with strategy "
+    raise ValueError(f"{name} {format_bytes(bound)}: this run needs {shown_bytes(parts['total'])} with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")

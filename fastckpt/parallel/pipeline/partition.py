@@ -3,6 +3,7 @@ import numpy as np
 
 from fastckpt.core.checks import check_positive_int
 from fastckpt.core.layout import param_layout
+from fastckpt.core.resources import shown_bytes
 from fastckpt.engine.workspace import workspace_delta_elems
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner import plan as make_plan
@@ -108,7 +109,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     best, total = planned(Budget(low))
     if total > strategy.nbytes:
         raise InfeasiblePlan(f"{strategy}: the stage of layers {lo}..{hi - 1} at micro-batches of {rows} holds at "
-                             f"least {total} bytes ({total / 2**20:.2f} MiB) with its micro-batches in flight, "
+                             f"least {total} bytes ({shown_bytes(total)}) with its micro-batches in flight, "
                              f"gradient sum and message buffers; got {strategy.nbytes}", total)
     high = make_plan(sub, rows, dtype, "plain", blas_threads=threads).bytes()["activation_memory"]
     while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
