@@ -64,6 +64,8 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
                                                      "takes rows of 784"),
     (["predict", "net.npz", "--data", "obj.npy"], "--data 'obj.npy': cannot read it as a .npy array"),
     (["predict", "net.npz", "--data", "nan.npy"], "holds NaN or inf"),
+    (["predict", "net.npz", "--data", "huge.npy"], "row 1 makes the net's output nan: a value overflowed float64 "
+                                                     "inside the net"),      # it used to print class 0, exit 0
     (["predict", "net.npz", "--output", "taken.txt"], "--output 'taken.txt' exists; pass --force to overwrite it"),
     (["evaluate", "notanet.npz"], "notanet.npz"),
 ])
@@ -73,6 +75,7 @@ def test_bad_input_is_one_line_naming_it(saved, args, said):
     np.save(folder / "cols.npy", np.zeros((3, 10)))
     np.save(folder / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     np.save(folder / "nan.npy", np.full((2, 784), np.nan))
+    np.save(folder / "huge.npy", np.vstack([np.zeros(784), np.full(784, 1e308)]))      # finite, but not in the net
     (folder / "taken.txt").write_text("mine\n")
     np.savez(folder / "notanet.npz", a=np.zeros(3))
     proc = _run(*args, cwd=folder)

@@ -148,3 +148,35 @@ def test_a_nan_in_a_later_chunk_of_the_test_data_is_named_at_its_own_row():
     x[1500, 2] = np.nan
     with pytest.raises(ValueError, match=r"x_test_data contains NaN or inf \(first at index \(1500, 2\)"):
         net.evaluate(x, np.zeros(3000, dtype=int))
+
+
+def _softmax_relu_forward(weights, biases, x):
+    """A ReLU net with a softmax output, in plain NumPy float64: the reference for where overflow makes NaN."""
+    a = x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        z = a @ w.T + b.reshape(1, -1)
+        if i < len(weights) - 1:
+            a = np.maximum(z, 0.0)
+        else:
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            a = e / e.sum(axis=1, keepdims=True)
+    return a
+
+
+def test_finite_inputs_that_overflow_inside_the_net_get_no_class():
+    """Row 1 is finite, but 6 x 1e308 overflows to inf in every hidden unit, and the softmax of inf is NaN (as NumPy
+    computes it too): predict used to answer class 0 for it, and evaluate to count it right against label 0."""
+    net = Network([6, 5, 3], activation="relu", loss="cross_entropy")
+    net.weights = [np.ones((5, 6)), np.ones((3, 5))]
+    x = np.vstack([np.zeros(6), np.full(6, 1e308), np.ones(6)])
+    with np.errstate(all="ignore"):
+        out = _softmax_relu_forward(net.weights, net.biases, x)
+    assert np.isfinite(out[[0, 2]]).all() and np.isnan(out[1]).all()
+    for call in (lambda: net.predict(x), lambda: net.evaluate(x, np.zeros(3, int)), lambda: net.feedforward(x)):
+        with pytest.raises(ValueError, match=r"^(a|x|x_test_data) row 1 makes the net's output nan: a value overflowed "
+                                             r"float64 inside the net \(the input is finite"):
+            call()
+    np.testing.assert_array_equal(net.predict(x[[0, 2]]), out[[0, 2]].argmax(axis=1))
+    sigmoid = Network([6, 5, 3])                                 # sigmoid(inf) is 1: an output, and a class
+    sigmoid.weights = net.weights
+    assert sigmoid.predict(x).shape == (3,)
