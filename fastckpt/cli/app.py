@@ -40,6 +40,8 @@ from .train import train
 def main(argv=None):
     command = "fastckpt"
     try:
+        if getattr(signal.getsignal(signal.SIGINT), "fastckpt_startup", False):   # loaded: SIGINT is ours to catch
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         _alone_or_a_rank(sys.argv[1:] if argv is None else list(argv))
         top = parser()
         args = top.parse_args(argv)
