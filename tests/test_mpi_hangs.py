@@ -230,3 +230,31 @@ def test_an_output_that_overflows_inside_a_split_net_is_refused_on_every_rank(tm
     assert said[0][0] == "x_test_data row 2 makes the net's output nan: a value overflowed float64 inside the net " \
                          "(the input is finite, but too large for these weights), so no class can be given for it"
     assert 0 <= float(said[0][1]) <= 1, said                   # the finite rows alone: an accuracy
+
+
+LONE_GRID = """
+import numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import Grid, MPITrainer, PipelineTrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+if rank == MPI.COMM_WORLD.Get_size() - 1:
+    grid = Grid(data=3)                          # this rank alone: refused where it is made, and not caught
+else:
+    grid = {grid}
+    trainer = {make}
+    trainer.update_mini_batch(np.zeros((8, 784)), np.zeros((8, 10)), 0.1)
+"""
+
+
+@pytest.mark.parametrize("ranks, grid, make", [
+    (4, "Grid(data=2, pipeline=2)", "PipelineTrainer([784, 20, 10], 2, grid=grid)"),
+    (2, "Grid(data=2)", "MPITrainer(fastckpt.Network([784, 20, 10]), grid=grid)")])
+def test_a_grid_refused_on_one_rank_before_any_trainer_ends_the_job(ranks, grid, make):
+    """The other ranks used to wait in their trainer's first collective forever (still there after 90 s): the hook
+    that ends the job on an uncaught exception is armed by whatever of fastckpt touches MPI first."""
+    script = textwrap.dedent(LONE_GRID.format(grid=grid, make=make))
+    code, out, err, seconds = mpiexec("-n", str(ranks), sys.executable, "-c", script, timeout=LIMIT)
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert f"fastckpt: rank {ranks - 1} of {ranks} failed: ValueError: Grid(data=3, pipeline=1, tensor=1) needs data " \
+           f"x pipeline x tensor = 3 ranks; this communicator has {ranks}; ending the job" in err, err
