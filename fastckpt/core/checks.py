@@ -115,12 +115,15 @@ def refuse_masked(a, name):
 
 def check_finite_rows(arr, name, chunk=4096):
     """Raise a ValueError naming ``name`` and the first bad index if the (n, m) array holds NaN or inf,
-    checked in chunks of rows (no temporary the size of the data)."""
+    checked in chunks of rows: by the kernel where they are C-contiguous (no temporary at all), else through
+    a NumPy temporary of at most 64 KiB."""
     if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
+    contiguous = arr.flags.c_contiguous
+    chunk = chunk if contiguous else max(1, 65536 // max(1, arr[:1].size))
     for i in range(0, arr.shape[0], chunk):
         part = arr[i:i + chunk]
-        if not np.isfinite(part).all():
+        if not (all_finite(part) if contiguous else np.isfinite(part).all()):
             bad = np.argwhere(~np.isfinite(part))[0]
             bad[0] += i
             raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(k) for k in bad)}: "

@@ -15,7 +15,7 @@ import numpy as np
 
 from fastckpt.core.checks import check_finite
 from fastckpt.data.images import Images
-from fastckpt.kernels import LOG_SOFTMAX, all_finite, dense_forward_layer
+from fastckpt.kernels import LOG_SOFTMAX, all_finite, dense_forward_layer, scale_into
 from fastckpt.planner.run import EVAL_CHUNK
 
 __all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "output_error", "stage_rows"]
@@ -75,8 +75,8 @@ def stage_rows(x, dtype, rows):
 
     def staged(i, m):
         part = x[i:i + m]
-        if isinstance(part, Images):
-            return part.into(stage[:m])
+        if isinstance(part, Images):                     # the kernel training stages with: no NumPy cast buffer
+            return scale_into(part.raw, part.divisor, stage[:m])
         with np.errstate(over="ignore"):                 # overflow to inf is reported by the finiteness check
             np.copyto(stage[:m], part, casting="unsafe")
         return stage[:m]
