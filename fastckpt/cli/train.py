@@ -3,6 +3,7 @@
 The parsed arguments are read, never changed: :func:`settle` makes the run's
 :class:`Run` from them, the --resume file and :data:`~fastckpt.cli.options.TRAIN_DEFAULTS`.
 """
+import gc
 import json
 import sys
 import time
@@ -145,6 +146,8 @@ def train(args):
               f"{args.epochs}", file=sys.stderr)
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
+    if run.max_memory is not None:          # the parser's, the loader's and the plans' reference cycles, freed
+        gc.collect()                        # here, not whenever the collector runs: not beside a bounded run
     t0 = time.perf_counter()
     if args.pipeline or args.tensor_parallel:
         times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead, net, state)
