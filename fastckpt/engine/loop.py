@@ -58,7 +58,8 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
 
 def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
                first_epoch=0, validation=None, start_epoch=None, eta=None, lr_schedule=None):
-    """The lab's loop over ``update(group, eta)`` for each group of mini-batch starts, every epoch, with
+    """The lab's loop over ``update(group, eta)`` for each group of ``groups`` (a minibatch's start, or the starts
+    of the minibatches one update takes), every epoch, with
     the epoch's learning rate from ``lr_schedule`` (:mod:`fastckpt.core.lr`; constant ``eta`` by default),
     kept per epoch in ``net.history["eta"]``.
 
