@@ -265,3 +265,40 @@ def _alive(process):
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _loading(pid, library):
+    """Whether process ``pid`` has mapped ``library`` (it is importing what fastckpt imports first)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return library in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="finds the loading libraries in /proc/PID/maps")
+@pytest.mark.parametrize("library", ["_multiarray_umath", "libllvmlite"])
+@pytest.mark.parametrize("entry", ["-m", "script"])
+def test_sigint_while_the_command_loads_is_its_one_line_and_130(library, entry):
+    """NumPy, Numba and the kernels load for about a second before main() runs: a Ctrl-C there used to print a
+    KeyboardInterrupt traceback of 20 to 50 lines."""
+    script = os.path.join(os.path.dirname(sys.executable), "fastckpt")
+    command = [*FASTCKPT, "train"] if entry == "-m" else [script, "train"]
+    if entry == "script" and not os.path.exists(script):
+        pytest.skip("the fastckpt script is not installed beside this Python")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _loading(proc.pid, library) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert proc.poll() is None, "the command ended before it loaded " + library
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err, out) == (130, "fastckpt: interrupted (SIGINT)\n", "")
+
+
+def test_importing_fastckpt_as_a_library_leaves_sigint_to_python():
+    code = "import signal, fastckpt; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "True\n", proc.stderr
+    import signal as python_signal
+    assert python_signal.getsignal(python_signal.SIGINT) is python_signal.default_int_handler   # and under pytest

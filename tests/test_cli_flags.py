@@ -17,7 +17,7 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
     (["--partition", "2,1"], "--partition 2,1 is an option of --pipeline P"),
     (["--mpi", "--transport", "float16"], "--transport float16 is an option of --pipeline P"),
     (["--tensor-parallel", "--max-memory", "1KiB"], "fit(1KiB): [784, 40, 30, 10] at 10 rows a replica needs at "
-                                                     "least 602880 bytes (0.57 MiB) on its widest tensor shard"),
+                                                     "least 602880 bytes (588.75 KiB) on its widest tensor shard"),
     (["--tensor-parallel", "--strategy", "revolve(2)"], "strategy revolve(2) does not apply to tensor parallelism, "
                                                         "which recomputes each dropped state once"),
 ])

@@ -75,6 +75,8 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
     (["evaluate", "net.npz"], "FILE 'net.npz' records no training data (train --save records it; net.save does not): "
                               "give --data PATH, or --data embedded"),
     (["predict", "net.npz"], "FILE 'net.npz' records no training data"),
+    (["predict", "net.npz", "--data", "huge.npy"], "row 1 makes the net's output nan: a value overflowed float64 "
+                                                     "inside the net"),      # it used to print class 0, exit 0
     (["evaluate", "notanet.npz"], "notanet.npz"),
 ])
 def test_bad_input_is_one_line_naming_it(saved, args, said):
@@ -83,6 +85,7 @@ def test_bad_input_is_one_line_naming_it(saved, args, said):
     np.save(folder / "cols.npy", np.zeros((3, 10)))
     np.save(folder / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     np.save(folder / "nan.npy", np.full((2, 784), np.nan))
+    np.save(folder / "huge.npy", np.vstack([np.zeros(784), np.full(784, 1e308)]))      # finite, but not in the net
     (folder / "taken.txt").write_text("mine\n")
     np.savez(folder / "notanet.npz", a=np.zeros(3))
     proc = _run(*args, cwd=folder)

@@ -100,6 +100,20 @@ def test_bad_sgd_arguments():
         net.SGD((x, y[:9]), 1, 2, 0.1)
 
 
+@pytest.mark.parametrize("first_epoch, exc, message", [(-1, ValueError, "first_epoch must be >= 0, got -1"),
+                                                       (True, TypeError, "first_epoch must be an integer, got True"),
+                                                       (1.5, TypeError, "first_epoch must be an integer, got 1.5")])
+def test_a_bad_first_epoch_is_refused_before_anything_trains(first_epoch, exc, message):
+    """An epoch "-1" used to train (at cosine's rate of the epoch before the first), and True was taken as 1."""
+    net = Network([4, 2])
+    before = [w.copy() for w in net.weights]
+    with pytest.raises(exc) as info:
+        net.SGD((np.zeros((10, 4)), np.zeros((10, 2))), 1, 2, 0.1, first_epoch=first_epoch, lr_schedule="cosine",
+                verbose=False)
+    assert str(info.value) == message
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights)) and not hasattr(net, "history")
+
+
 def test_bad_assigned_parameters_are_refused_at_once_and_change_nothing():
     net = Network([4, 3, 2])
     before = [a.copy() for a in net.weights + net.biases]
@@ -134,3 +148,35 @@ def test_a_nan_in_a_later_chunk_of_the_test_data_is_named_at_its_own_row():
     x[1500, 2] = np.nan
     with pytest.raises(ValueError, match=r"x_test_data contains NaN or inf \(first at index \(1500, 2\)"):
         net.evaluate(x, np.zeros(3000, dtype=int))
+
+
+def _softmax_relu_forward(weights, biases, x):
+    """A ReLU net with a softmax output, in plain NumPy float64: the reference for where overflow makes NaN."""
+    a = x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        z = a @ w.T + b.reshape(1, -1)
+        if i < len(weights) - 1:
+            a = np.maximum(z, 0.0)
+        else:
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            a = e / e.sum(axis=1, keepdims=True)
+    return a
+
+
+def test_finite_inputs_that_overflow_inside_the_net_get_no_class():
+    """Row 1 is finite, but 6 x 1e308 overflows to inf in every hidden unit, and the softmax of inf is NaN (as NumPy
+    computes it too): predict used to answer class 0 for it, and evaluate to count it right against label 0."""
+    net = Network([6, 5, 3], activation="relu", loss="cross_entropy")
+    net.weights = [np.ones((5, 6)), np.ones((3, 5))]
+    x = np.vstack([np.zeros(6), np.full(6, 1e308), np.ones(6)])
+    with np.errstate(all="ignore"):
+        out = _softmax_relu_forward(net.weights, net.biases, x)
+    assert np.isfinite(out[[0, 2]]).all() and np.isnan(out[1]).all()
+    for call in (lambda: net.predict(x), lambda: net.evaluate(x, np.zeros(3, int)), lambda: net.feedforward(x)):
+        with pytest.raises(ValueError, match=r"^(a|x|x_test_data) row 1 makes the net's output nan: a value overflowed "
+                                             r"float64 inside the net \(the input is finite"):
+            call()
+    np.testing.assert_array_equal(net.predict(x[[0, 2]]), out[[0, 2]].argmax(axis=1))
+    sigmoid = Network([6, 5, 3])                                 # sigmoid(inf) is 1: an output, and a class
+    sigmoid.weights = net.weights
+    assert sigmoid.predict(x).shape == (3,)

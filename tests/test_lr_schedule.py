@@ -117,3 +117,36 @@ def test_a_resume_past_a_stored_cosine_s_end_says_it_trains_at_eta_min(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 3, so epochs 3..4 " \
            "train at 0; --lr-schedule 'cosine(4)' anneals over all 4" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("spec, eta, epoch", [("step(1, 1e200)", 1e-300, 2), ("step(1, 1e308)", 1e-300, 2),
+                                              ("step(2, 10)", 1e300, 18)])
+def test_a_schedule_that_overflows_is_refused_before_the_first_epoch(rng, spec, eta, epoch):
+    """Every epoch's rate is known before the first: a rate past float64 is refused then, naming the schedule and
+    the epoch, with nothing trained (it used to train the epochs before it, then raise OverflowError)."""
+    x, y = rng.random((20, 6)), np.eye(2)[rng.integers(0, 2, 20)]
+    net = Network([6, 4, 2])
+    before = [w.copy() for w in net.weights + net.biases]
+    with pytest.raises(ValueError) as info:
+        net.SGD((x, y), epoch + 1, 10, eta, verbose=False, lr_schedule=spec)
+    assert str(info.value).startswith(f"lr_schedule {parse_lr_schedule(spec)} from eta {eta!r} gives epoch {epoch} a "
+                                      "learning rate of inf"), info.value
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+    net.SGD((x, y), epoch, 10, eta if eta < 1 else 1e-300, verbose=False, lr_schedule=spec)   # one epoch fewer trains
+    assert all(math.isfinite(rate) for rate in net.history["eta"])
+
+
+def test_a_resumed_run_checks_its_schedule_from_its_first_epoch(rng):
+    x, y = rng.random((20, 6)), np.eye(2)[rng.integers(0, 2, 20)]
+    with pytest.raises(ValueError, match=r"gives epoch 5 a learning rate of inf"):
+        Network([6, 2]).SGD((x, y), 1, 10, 1e-300, verbose=False, lr_schedule="step(1, 1e100)", first_epoch=5)
+
+
+def test_train_refuses_an_overflowing_lr_schedule_before_it_trains(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,10", "--epochs", "3", "--eta",
+                           "1e-300", "--lr-schedule", "step(1, 1e200)", "--save", "n.npz"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "fastckpt train: error: --lr-schedule step(1, 1e+200) from eta 1e-300 gives epoch 2 a " \
+                          "learning rate of inf, beyond what a float holds; nothing was trained\n"
+    assert not (tmp_path / "n.npz").exists()                                # no epoch was trained and saved

@@ -171,3 +171,25 @@ def test_settings_are_checked_from_python_too(tmp_path):
     for text in said:
         assert text.startswith("the 2 ranks were started with different settings: "
                                "batch size 10 on rank 0, 11 on rank 1"), said
+
+
+def test_sigint_to_one_rank_while_it_loads_ends_the_job(tmp_path):
+    """Before the rank reaches MPI (NumPy is loading): the others would wait for it in their first collective."""
+    job = subprocess.Popen([MPIEXEC, "-n", "2", *writing_pid(tmp_path / "pid", [*TRAIN, "--epochs", "500"])],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "pid.1").exists() and (tmp_path / "pid.1").read_text().strip(), LIMIT,
+                 "rank 1 started")
+        pid = int((tmp_path / "pid.1").read_text())
+        wait_for(lambda: "_multiarray_umath" in open(f"/proc/{pid}/maps").read(), LIMIT, "rank 1 loads NumPy")
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGINT)
+        out, err = job.communicate(timeout=LIMIT)
+        seconds = time.monotonic() - t0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 130 and seconds < 30, (job.returncode, err)
+    ours = [line for line in err.splitlines() if line.startswith("fastckpt")]
+    assert ours == ["fastckpt: interrupted (SIGINT) (rank 1 of 2; ending the job)"], err
+    assert "Traceback" not in err and "Epoch" not in out

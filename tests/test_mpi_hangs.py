@@ -198,3 +198,68 @@ def test_the_abort_on_an_uncaught_exception_can_be_turned_off(tmp_path, switch):
     code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", on.replace("rank == 1 and ", ""),
                                       str(tmp_path / "on"))
     assert code == 2 and "ending the job" in err, (code, err)
+
+
+OVERFLOW = """
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import PipelineTrainer, TensorParallelTrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+net = fastckpt.Network([6, 5, 4, 3], activation="relu", loss="cross_entropy")
+net.weights = [np.ones((5, 6)), np.ones((4, 5)), np.ones((3, 4))]     # 6 x 1e308 is inf: the softmax of inf is NaN
+trainer = {make}
+trainer.load_net(net)
+x = np.vstack([np.zeros(6), np.ones(6), np.full(6, 1e308)])
+said = []
+for rows in (x, x[:2]):                        # refused on every rank, and every rank goes on
+    try:
+        said.append(str(trainer.evaluate(rows, np.zeros(len(rows), int))))
+    except ValueError as exc:
+        said.append(str(exc))
+with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
+    f.write("\\n".join(said))
+"""
+
+
+@pytest.mark.parametrize("make", ["PipelineTrainer([6, 5, 4, 3], 2, activation='relu', loss='cross_entropy')",
+                                  "TensorParallelTrainer([6, 5, 4, 3], activation='relu', loss='cross_entropy')"])
+def test_an_output_that_overflows_inside_a_split_net_is_refused_on_every_rank(tmp_path, make):
+    """The last stage alone sees the pipeline's output: it runs every chunk, then every rank raises what it found
+    (an accuracy that counted NaN as class 0 used to come back)."""
+    script = textwrap.dedent(OVERFLOW.format(make=make))
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script, str(tmp_path / "said"), timeout=LIMIT)
+    assert code == 0 and seconds < LIMIT, err
+    said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
+    assert said[0] == said[1], said
+    assert said[0][0] == "x_test_data row 2 makes the net's output nan: a value overflowed float64 inside the net " \
+                         "(the input is finite, but too large for these weights), so no class can be given for it"
+    assert 0 <= float(said[0][1]) <= 1, said                   # the finite rows alone: an accuracy
+
+
+LONE_GRID = """
+import numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import Grid, MPITrainer, PipelineTrainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+if rank == MPI.COMM_WORLD.Get_size() - 1:
+    grid = Grid(data=3)                          # this rank alone: refused where it is made, and not caught
+else:
+    grid = {grid}
+    trainer = {make}
+    trainer.update_mini_batch(np.zeros((8, 784)), np.zeros((8, 10)), 0.1)
+"""
+
+
+@pytest.mark.parametrize("ranks, grid, make", [
+    (4, "Grid(data=2, pipeline=2)", "PipelineTrainer([784, 20, 10], 2, grid=grid)"),
+    (2, "Grid(data=2)", "MPITrainer(fastckpt.Network([784, 20, 10]), grid=grid)")])
+def test_a_grid_refused_on_one_rank_before_any_trainer_ends_the_job(ranks, grid, make):
+    """The other ranks used to wait in their trainer's first collective forever (still there after 90 s): the hook
+    that ends the job on an uncaught exception is armed by whatever of fastckpt touches MPI first."""
+    script = textwrap.dedent(LONE_GRID.format(grid=grid, make=make))
+    code, out, err, seconds = mpiexec("-n", str(ranks), sys.executable, "-c", script, timeout=LIMIT)
+    assert code == 2 and seconds < LIMIT, (code, err)
+    assert f"fastckpt: rank {ranks - 1} of {ranks} failed: ValueError: Grid(data=3, pipeline=1, tensor=1) needs data " \
+           f"x pipeline x tensor = 3 ranks; this communicator has {ranks}; ending the job" in err, err

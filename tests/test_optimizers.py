@@ -263,6 +263,10 @@ def test_bad_optimizers_are_refused(kwargs, error, message):
     (lambda: Adam(betas=(0.9, 1.5)), "betas[1] must be in [0, 1), got 1.5"),
     (lambda: Adam(eps=-1), "eps must be finite and >= 0, got -1"),
     (lambda: AdamW(weight_decay=float("nan")), "weight_decay must be finite and >= 0, got nan"),
+    (lambda: Adam(eps=True), "eps must be a real number, got True"),      # it used to be eps=1.0
+    (lambda: Adam(betas=(True, 0.9)), "betas[0] must be a real number, got True"),
+    (lambda: Momentum(True), "momentum must be a real number, got True"),
+    (lambda: AdamW(weight_decay=False), "weight_decay must be a real number, got False"),
 ])
 def test_bad_hyper_parameters_are_refused_with_their_names(make, message):
     with pytest.raises((ValueError, TypeError)) as info:

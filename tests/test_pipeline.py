@@ -9,7 +9,7 @@ import pytest
 
 import fastckpt
 from fastckpt.parallel.pipeline.links import SEND_BUFFERS
-from fastckpt.parallel.pipeline.partition import balance
+from fastckpt.parallel.pipeline.partition import balance, choose_partition
 from fastckpt.parallel.pipeline.schedules import in_flight, pending_weights, schedule, storage_slots
 from fastckpt.parallel.pipeline.stage import Stage
 
@@ -277,6 +277,36 @@ def test_balance_is_the_best_contiguous_split(rng):
         assert len(parts) == stages and sum(parts) == n and min(parts) >= 1
         bounds = np.concatenate([[0], np.cumsum(parts)])
         assert max(sum(costs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])) == best
+
+
+def test_a_refused_bound_names_the_least_bound_that_some_split_keeps(rng):
+    """The bytes a refusal names are the least over every split (a scan of all of them here), and that bound is
+    taken; they used to be the balanced split's largest stage, above a split that fits with less."""
+    from fastckpt.planner import InfeasiblePlan
+    for _ in range(100):
+        n = int(rng.integers(2, 8))
+        stages = int(rng.integers(2, n + 1))
+        least = {(p, lo, hi): int(rng.integers(100, 1000)) for p in range(stages) for lo in range(n)
+                 for hi in range(lo + 1, n + 1)}            # each stage's least bytes: any numbers will do
+
+        def stage_total(p, lo, hi, limit, least=least):
+            if least[p, lo, hi] > limit:
+                raise InfeasiblePlan("does not fit", least[p, lo, hi])
+            return {"total": min(limit, least[p, lo, hi] + 50)}        # within the bound it takes more
+        splits = [(0,) + cut + (n,) for cut in itertools.combinations(range(1, n), stages - 1)]
+        scan = min(max(least[p, a, b] for p, (a, b) in enumerate(zip(c[:-1], c[1:]))) for c in splits)
+        sizes = [4] * (n + 1)
+
+        def choose(limit, sizes=sizes, stages=stages):
+            return choose_partition(sizes, stages, None, limit, 8,
+                                    lambda stage, first, end: stage_total(stage, first, end, limit))
+        with pytest.raises(InfeasiblePlan) as refused:
+            choose(scan - 1)
+        assert refused.value.minimum_bytes == scan, (refused.value, scan)
+        assert f"the least any split needs is {scan} bytes" in str(refused.value)
+        parts = choose(scan)
+        bounds = np.concatenate([[0], np.cumsum(parts)])
+        assert max(least[p, a, b] for p, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))) <= scan
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -292,3 +292,39 @@ def test_a_stage_too_narrow_for_its_shards_is_named_in_the_nets_numbers():
                                  "outputs, sizes[2] = 2 units, over 3 ranks, but every rank needs at least one; use "
                                  "at most 2 ranks or widen that layer; or give a partition whose stages split")
         assert out["partition"] == [1, 2]         # stage 0 row-splits 784 inputs; [2, 1] would column-split 1
+
+
+LEAST = """
+import json, sys, numpy as np
+from mpi4py import MPI
+from fastckpt.distributed import Grid, PipelineTrainer
+from fastckpt.planner import InfeasiblePlan
+
+def trainer(bound):
+    np.random.seed(0)
+    return PipelineTrainer([784] + [255] * 6 + [10], 3, schedule="zb1", strategy=f"fit({bound})", batch_size=301,
+                           grid=Grid(pipeline=2, tensor=2))
+def tried(bound):
+    try:
+        return trainer(bound).partition
+    except InfeasiblePlan as exc:                # refused on every rank alike
+        return exc.minimum_bytes
+out = {bound: tried(bound) for bound in map(int, sys.argv[1:])}
+least = out[int(sys.argv[1])]
+out.update({bound: tried(bound) for bound in (least, least - 1)})
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(out))
+"""
+
+
+@needs_mpi
+def test_the_least_bound_a_refusal_names_is_taken_and_one_byte_less_is_not():
+    """fit(8000000) on 1 x 2 x 2 ranks used to be refused naming the balanced split's 8,978,552 bytes, while
+    fit(8500000) was taken with the split [2, 5]."""
+    proc = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", LEAST, "8000000", "8500000"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {int(k): v for k, v in json.loads(proc.stdout).items()}
+    least = out[8000000]
+    assert isinstance(least, int) and 8000000 < least < 8500000, out
+    assert out[8500000] == [2, 5] and isinstance(out[least], list) and out[least - 1] == least, out

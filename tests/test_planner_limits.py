@@ -266,7 +266,7 @@ def test_a_search_whose_tables_cannot_fit_is_refused_before_it_allocates():
 
     def refused():
         with pytest.raises(fastckpt.planner.PlanTooCostly, match=r"revolve\(4\): planning revolve\(4\) over 100001 "
-                           r"layers needs 5\d\d\.\d GiB of tables, more than half the"):
+                           r"layers needs 5\d\d\.\d\d GiB of tables, more than half the"):
             fastckpt.plan(sizes, 100, strategy="revolve(4)")
     assert memray_peak(refused) < 200 * len(sizes)                  # O(L) costs per layer, no table
     plain = memray_peak(lambda: fastckpt.plan(sizes, 100))          # O(L): the op list, offsets and counts

@@ -210,6 +210,10 @@ def _rewrite(path, **changes):
     ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
     ({"meta": {"optimizer": "adam"}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
     ({"meta": {"optimizer_steps": -1}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
+    ({"meta": {"optimizer_steps": 10**400}}, "optimizer_steps an integer >= 0 and <= 9223372036854775806 (the "
+                                             "steps an int64 counts), got {'name': 'sgd'} and 1000000"),
+    ({"meta": {"optimizer_steps": 2**63 - 1}}, "<= 9223372036854775806 (the steps an int64 counts)"),
+    ({"meta": {"optimizer": {"name": "momentum", "momentum": 10**400}}}, "momentum must be finite and >= 0, got 1000"),
     ({"meta": {"optimizer": {"name": "rmsprop"}}}, "optimizer must name one of sgd, momentum, adam, adamw"),
     ({"meta": {"optimizer": {"name": "adam", "betas": [0.9, 2]}}}, "betas[1] must be in [0, 1), got 2"),
     ({"meta": {"optimizer": {"name": "adam", "lr": 0.1}}}, "unexpected keyword argument 'lr'"),
@@ -431,6 +435,9 @@ def test_save_refuses_what_it_cannot_write_and_keeps_links_and_permissions(tmp_p
     ({}, "needs epochs_done as an integer >= 1, got None"),
     ({"epochs_done": -5}, "needs epochs_done as an integer >= 1, got -5"),
     ({"epochs_done": "1"}, "needs epochs_done as an integer >= 1, got '1'"),
+    ({"epochs_done": 10**400}, "needs epochs_done as an integer >= 1 and <= 9223372036854775807, got 1000"),
+    ({"batch_size": 10**400}, "needs batch_size as an integer >= 1 and <= 9223372036854775807, got 1000"),
+    ({"seed": 2**32}, "needs seed as an integer >= 0 and <= 4294967295, got 4294967296"),
     ({"accuracies": "abc"}, "needs accuracies as a list of at most epochs_done numbers"),
     ({"updates_done": "x"}, "needs updates_done as an integer"),
     ({"n_train": "4000"}, "needs n_train as an integer"),
@@ -515,3 +522,56 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     assert fastckpt.load(tmp_path / "g.npz").training_state["max_memory"] == 40 * 2**20
     train("--epochs", "3", "--resume", "g.npz", "--save", "g.npz", "--max-memory", "40MiB")
     assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
+
+
+def _adam_file(tmp_path, rng):
+    net = Network([6, 5, 3], optimizer="adam")
+    x, y = rng.random((20, 6)), np.eye(3)[rng.integers(0, 3, 20)]
+    net.SGD((x, y), 1, 10, 0.01, verbose=False)
+    return net, net.save(tmp_path / "adam.npz")
+
+
+@pytest.mark.parametrize("member, at", [("v_weights_0", (2, 3)), ("v_biases_1", (1, 0))])
+def test_an_adam_state_with_a_negative_v_is_refused_as_damaged(tmp_path, rng, member, at):
+    """v is a mean of squared gradients: a negative value is no state a run reaches (every later step used to raise
+    FloatingPointError); -0.0 is one (the sign of a zero a step may write)."""
+    net, path = _adam_file(tmp_path, rng)
+    with np.load(path) as f:
+        v = f[member].copy()
+    assert (v >= 0).all()                                          # what a run writes
+    v[at] = -0.0
+    _rewrite(path, **{member: v})
+    loaded = fastckpt.load(path).optimizer_state.arrays(net.sizes)["v"]
+    assert np.array_equal(loaded[0 if "weights" in member else 1][int(member[-1])], v)
+    v[at] = -1e-12
+    _rewrite(path, **{member: v})
+    with pytest.raises(ValueError) as info:
+        fastckpt.load(path)
+    assert str(info.value) == (f"path {str(path)!r}: {member} holds -1e-12 at {at}, but adam's v is a mean of "
+                               "squared gradients, never negative: the file is damaged")
+
+
+def test_a_rng_state_of_inf_is_refused(tmp_path):
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    path = tmp_path / "p.npz"
+    with np.load(path) as f:
+        meta = json.loads(str(f["meta"]))
+    for gaussian in (10**400, float("inf")):                      # JSON's 1e400 reads as inf
+        meta["training"]["rng"]["cached_gaussian"] = gaussian
+        _rewrite(path, meta=meta)
+        with pytest.raises(ValueError, match="its training state's rng must hold pos .*and a finite cached_gaussian"):
+            fastckpt.load(path)
+
+
+def test_evaluate_and_train_refuse_an_impossible_step_count_in_one_line(tmp_path, capsys):
+    from fastckpt.cli import app as cli
+    trained = _train("--epochs", "1", "--save", "p.npz", "--optimizer", "adam", "--eta", "0.001", cwd=tmp_path)
+    assert trained.returncode == 0
+    _rewrite(tmp_path / "p.npz", meta={"optimizer_steps": 10**400})
+    for command in (["evaluate", str(tmp_path / "p.npz")],
+                    ["train", "--resume", str(tmp_path / "p.npz"), "--epochs", "2", "--save", str(tmp_path / "p.npz")]):
+        capsys.readouterr()
+        assert cli.main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "optimizer_steps an integer >= 0 and <= 9223372036854775806" in err, err
+        assert "a bug" not in err

@@ -1,8 +1,8 @@
 """``--max-memory BYTES`` on one process bounds the whole run, not only a step (NOTE [ The whole run ]).
 
-The step gets what the data, the staging rows, the result lists and the larger of an evaluation and
-a save leave of BYTES, and plans ``fit`` of that; a bound the run cannot keep is refused before
-training, line by line.
+The step gets what the data, the staging rows, a ``--shuffle`` order, the result lists and the larger of
+an evaluation (the test set's or ``--validation``'s) and a save leave of BYTES, and plans ``fit`` of that;
+a bound the run cannot keep is refused before training, line by line.
 """
 from dataclasses import replace
 
@@ -15,16 +15,28 @@ def whole_run(run, training, test, epochs, save):
     """The predicted whole run of ``run`` (its strategy planned for this batch) by part: a dict."""
     step = make_plan(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                      optimizer=run.optimizer)
-    updates = epochs * (len(training[0]) // run.batch_size)
-    return run_bytes(step, training, test, updates=updates, save=save)
+    training, around = _around(run, training, epochs)
+    return run_bytes(step, training, test, updates=epochs * (len(training[0]) // run.batch_size), save=save, **around)
 
 
 def step_strategy(run, training, test, epochs, save):
     """``fit`` of what ``--max-memory`` (``run.strategy``, a Fit) leaves the step once the rest of the run
     is counted (its optimizer's state too); refused, naming each part, when the run cannot fit."""
+    training, around = _around(run, training, epochs)
     return fit_the_run(run.sizes, run.batch_size, run.dtype, run.strategy.nbytes, training, test,
                        updates=epochs * (len(training[0]) // run.batch_size), save=save,
-                       optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer, name="--max-memory")
+                       optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer, name="--max-memory",
+                       **around)
+
+
+def _around(run, training, epochs):
+    """The pair ``train`` trains on (its --validation held out of the end, as ``Network.SGD`` holds it out)
+    and :func:`~fastckpt.planner.run.run_bytes`' ``epochs``, ``validation`` and ``shuffled`` of ``run``."""
+    (x, y), validation = training, None
+    if run.validation:
+        split = int(len(x) * (1 - run.validation))
+        (x, y), validation = (x[:split], y[:split]), (x[split:], y[split:])
+    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None}
 
 
 def bounded(args, run, state, *, whole, training, test):

@@ -25,8 +25,9 @@ def pipeline_options(args, saved=None):
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
               "activation memory) or fit(bytes) (a bound on the whole step)")
 TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g. 256MiB), as memray measures it "
-                    "above the process after its imports: the data, the training step, the staging rows, an "
-                    "evaluation or a save, and the result lists; the step gets what the rest leaves and plans "
+                    "above the process after its imports: the data, the training step, the staging rows, the "
+                    "evaluations (the test set's and --validation's) or a save, a --shuffle order, and the result "
+                    "lists; the step gets what the rest leaves and plans "
                     "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads, "
                     "--mpi, --pipeline or --tensor-parallel it bounds each worker's step (default: off, --strategy "
                     "decides)")

@@ -31,9 +31,11 @@ SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "se
 
 FLAGS = {"sgd_in_backward": "--optimizer-in-backward"}     # a setting's flag, where it is not its key's spelling
 
-# what a --resume file's training state must hold: (kind, least value)
-STATE = {"epochs_done": (int, 1), "updates_done": (int, 1), "batch_size": (int, 1), "eta": (float, 0),
-         "seed": (int, None), "n_train": (int, 1), "parallel_batches": (int, 1)}
+# what a --resume file's training state must hold: (kind, least value, greatest value); counts fit an int64
+INT64 = 2**63 - 1
+STATE = {"epochs_done": (int, 1, INT64), "updates_done": (int, 1, INT64), "batch_size": (int, 1, INT64),
+         "eta": (float, 0, None), "seed": (int, 0, 2**32 - 1), "n_train": (int, 1, INT64),
+         "parallel_batches": (int, 1, INT64)}
 
 
 def run_mode(args, saved_pipeline=None):
@@ -184,12 +186,13 @@ def _check_same(args, key, saved, state):
 def _check_state(state, path):
     """Every field ``train`` reads from a --resume file, of its kind and range, or a ValueError naming the file."""
     where = f"--resume {path!r}: its training state"
-    for key, (kind, least) in STATE.items():
+    for key, (kind, least, most) in STATE.items():
         value = state.get(key)
         ok = type(value) is int or (kind is float and type(value) is float and np.isfinite(value))
-        if not ok or (least is not None and value < least):
-            raise ValueError(f"{where} needs {key} as {'an integer' if kind is int else 'a number'}"
-                             + (f" >= {least}" if least is not None else "") + f", got {value!r}")
+        if not ok or value < least or (most is not None and value > most):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+            raise ValueError(f"{where} needs {key} as {'an integer' if kind is int else 'a number'} >= {least}"
+                             + (f" and <= {most}" if ok and value > least else "") + f", got {shown}")
     accuracies = state.get("accuracies")
     if not isinstance(accuracies, list) or len(accuracies) > state["epochs_done"] \
             or not all(type(a) in (int, float) and 0 <= a <= 1 for a in accuracies):

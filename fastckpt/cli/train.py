@@ -3,6 +3,7 @@
 The parsed arguments are read, never changed: :func:`settle` makes the run's
 :class:`Run` from them, the --resume file and :data:`~fastckpt.cli.options.TRAIN_DEFAULTS`.
 """
+import gc
 import json
 import sys
 import time
@@ -117,6 +118,8 @@ def train(args):
     modes = modes_of(args)
     net, state, saved = resumed(args, modes) if args.resume else (None, None, None)
     run = settle(args, saved)
+    done = state["epochs_done"] if state else 0
+    parse_lr_schedule(run.lr_schedule).check_rates(run.eta, done, args.epochs - done, "--lr-schedule")
     if not args.pipeline and not args.tensor_parallel:   # a stage or a shard plans (and bounds) its own part
         check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
                         optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer)
@@ -135,7 +138,8 @@ def train(args):
     bound = say_before_training(args, run, state, (x_train, y_train), test) if lead else None
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
-    done = state["epochs_done"] if state else 0
+    if run.max_memory is not None:          # the parser's, the loader's and the plans' reference cycles, freed
+        gc.collect()                        # here, not whenever the collector runs: not beside a bounded run
     t0 = time.perf_counter()
     if args.pipeline or args.tensor_parallel:
         times, accuracies, workers = _model_parallel(args, run, guard, (x_train, y_train), test, lead, net, state)

@@ -28,7 +28,7 @@ def check_dtype(dtype):
     return dt
 
 
-def check_positive_int(value, name, minimum=1):
+def check_positive_int(value, name, minimum=1, maximum=None):
     try:
         if isinstance(value, (bool, np.bool_)):      # an index to Python, but True is no count
             raise TypeError
@@ -37,13 +37,20 @@ def check_positive_int(value, name, minimum=1):
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {v}")
     return v
 
 
 def check_nonnegative(value, name):
-    """``value`` as a finite float >= 0; the errors name ``name`` and the value."""
+    """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
+    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting."""
     try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
         v = float(value)
+    except OverflowError:                            # an int past float64's range: not finite
+        v = np.inf
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
     if not np.isfinite(v) or v < 0:
@@ -108,12 +115,15 @@ def refuse_masked(a, name):
 
 def check_finite_rows(arr, name, chunk=4096):
     """Raise a ValueError naming ``name`` and the first bad index if the (n, m) array holds NaN or inf,
-    checked in chunks of rows (no temporary the size of the data)."""
+    checked in chunks of rows: by the kernel where they are C-contiguous (no temporary at all), else through
+    a NumPy temporary of at most 64 KiB."""
     if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
+    contiguous = arr.flags.c_contiguous
+    chunk = chunk if contiguous else max(1, 65536 // max(1, arr[:1].size))
     for i in range(0, arr.shape[0], chunk):
         part = arr[i:i + chunk]
-        if not np.isfinite(part).all():
+        if not (all_finite(part) if contiguous else np.isfinite(part).all()):
             bad = np.argwhere(~np.isfinite(part))[0]
             bad[0] += i
             raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(k) for k in bad)}: "

@@ -150,9 +150,18 @@ def read(path):
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise ValueError(f"path {path!r}: {name} holds NaN or inf, which no saved net does: the file is damaged")
     n = len(meta["sizes"]) - 1
+    optimizer = parse_optimizer(meta["optimizer"])
+    for name in (f"{state}_{part}_{i}" for state in optimizer.nonnegative_states for part in ("weights", "biases")
+                 for i in range(n)):
+        negative = members[name] < 0
+        if negative.any():
+            at = tuple(int(k) for k in np.argwhere(negative)[0])
+            raise ValueError(f"path {path!r}: {name} holds {float(members[name][at])!r} at {at}, but "
+                             f"{optimizer.name}'s {name.split('_')[0]} is a mean of squared gradients, never "
+                             "negative: the file is damaged")
     weights = [members[f"weights_{i}"] for i in range(n)]
     biases = [members[f"biases_{i}"].reshape(-1, 1) for i in range(n)]
-    names = parse_optimizer(meta["optimizer"]).state_names
+    names = optimizer.state_names
     state = {"steps": meta["optimizer_steps"],
              "arrays": {name: ([members[f"{name}_weights_{i}"] for i in range(n)],
                                [members[f"{name}_biases_{i}"] for i in range(n)]) for name in names}}

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from .optimizers import parse_optimizer
+from .optimizers import MAX_STEPS, parse_optimizer
 
 FORMAT = "fastckpt-network"
 FORMAT_VERSION = 2
@@ -79,9 +79,10 @@ def checked_meta(archive, headers, path):
     if not all(isinstance(v, str) for v in names):
         raise ValueError(f"path {path!r}: activation must be a name or a list of names, got {meta['activation']!r}")
     if not isinstance(meta["optimizer"], dict) or type(meta["optimizer_steps"]) is not int \
-            or meta["optimizer_steps"] < 0:
-        raise ValueError(f"path {path!r}: optimizer must be a JSON object and optimizer_steps an integer >= 0, got "
-                         f"{meta['optimizer']!r} and {meta['optimizer_steps']!r}")
+            or not 0 <= meta["optimizer_steps"] <= MAX_STEPS:
+        raise ValueError(f"path {path!r}: optimizer must be a JSON object and optimizer_steps an integer >= 0 "
+                         f"and <= {MAX_STEPS} (the steps an int64 counts), got {meta['optimizer']!r} and "
+                         f"{_shown(meta['optimizer_steps'])}")
     try:
         parse_optimizer(meta["optimizer"])
     except (TypeError, ValueError) as exc:
@@ -145,9 +146,9 @@ def training_state(training, members, path):
         fields = ("pos", "has_gauss", "cached_gaussian")
         if not isinstance(rng, dict) or any(k not in rng for k in fields) or type(rng["pos"]) is not int \
                 or not 0 <= rng["pos"] <= 624 or rng["has_gauss"] not in (0, 1) \
-                or type(rng["cached_gaussian"]) not in (int, float):
+                or not finite_number(rng["cached_gaussian"]):
             raise ValueError(f"path {path!r}: its training state's rng must hold pos (0..624), has_gauss (0 or 1) "
-                             f"and cached_gaussian, got {rng!r}")
+                             f"and a finite cached_gaussian, got {_shown(rng)}")
         training["rng"] = RandomState(("MT19937", members["rng_keys"], rng["pos"], rng["has_gauss"],
                                        rng["cached_gaussian"]))
     return training
@@ -159,3 +160,17 @@ class RandomState(tuple):
 
     def __repr__(self):
         return f"<MT19937 state: 624 words, pos {self[2]}>"
+
+
+def finite_number(value):
+    """Whether a JSON value is an int or float that a float64 holds finite (JSON's 1e400 reads as inf)."""
+    try:
+        return type(value) in (int, float) and bool(np.isfinite(float(value)))
+    except OverflowError:                      # an int past float64's range
+        return False
+
+
+def _shown(value, most=120):
+    """``repr(value)`` cut to ``most`` characters: a file may hold a 400-digit number."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most] + "..."

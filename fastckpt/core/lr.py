@@ -11,6 +11,11 @@ the formulas are the closed forms of PyTorch's epoch-wise schedulers:
   ``torch.optim.lr_scheduler.CosineAnnealingLR(T_max=T, eta_min=eta_min)``; ``T``
   defaults to the run's last epoch + 1 (the epochs of the run, resumed ones included), and
   past ``T`` the rate stays at ``eta_min``.
+
+Each schedule's rate is monotone in the epoch (constant, decaying or growing by ``gamma``,
+or annealing from ``eta`` to ``eta_min`` and staying there), so the first and the last epoch
+of a run bound every rate in between: :meth:`LRSchedule.check_rates` refuses a run one of
+whose epochs would get a rate that is not a finite float before its first epoch trains.
 """
 import math
 import re
@@ -33,6 +38,20 @@ class LRSchedule:
     def resolved(self, epochs):
         """This schedule with every default that depends on the run's length fixed for ``epochs``."""
         return self
+
+    def check_rates(self, eta, first_epoch, epochs, name="lr_schedule"):
+        """Refuse, with a ValueError naming ``name``, a run of epochs ``first_epoch .. first_epoch + epochs - 1``
+        (of ``first_epoch + epochs`` in all) one of whose rates from ``eta`` overflows or is not finite; every
+        rate is known before the first epoch, and the ends bound the rest (the rates are monotone)."""
+        last = first_epoch + epochs
+        for epoch in sorted({first_epoch, last - 1}) if epochs >= 1 else ():
+            try:
+                rate = float(self.rate(eta, epoch, last))
+            except OverflowError:
+                rate = math.inf
+            if not math.isfinite(rate):
+                raise ValueError(f"{name} {self} from eta {eta!r} gives epoch {epoch} a learning rate of {rate}, "
+                                 "beyond what a float holds; nothing was trained")
 
     def __str__(self):
         args = ", ".join(repr(v) if isinstance(v, float) else str(v) for v in self.settings())

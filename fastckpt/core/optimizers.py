@@ -32,12 +32,15 @@ from fastckpt.kernels import ADAM, MOMENTUM, counted_adam_step, counted_momentum
 from .checks import check_nonnegative, check_positive_int
 from .layout import layer_views
 
+MAX_STEPS = 2**63 - 2                  # the step kernels count in an int64, and the next step must fit it too
+
 
 class Optimizer:
     """Base class: the hyper-parameters of an update rule, and ``slots`` state buffers it needs."""
 
     name = ""
     state_names = ()                   # one state buffer each, e.g. Adam's ("m", "v")
+    nonnegative_states = ()            # those no step can make negative (Adam's v, a mean of squares)
 
     @property
     def slots(self):
@@ -92,6 +95,7 @@ class Adam(Optimizer):
 
     name = "adam"
     state_names = ("m", "v")
+    nonnegative_states = ("v",)
     decoupled = False
 
     def __init__(self, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
@@ -232,7 +236,7 @@ class OptimizerState:
     def restore(self, sizes, steps, arrays):
         """Set the state from :meth:`arrays`' layout and the step count (a saved file's), after checking
         that every array is there in its shape."""
-        steps = check_positive_int(steps, "optimizer steps", minimum=0)
+        steps = check_positive_int(steps, "optimizer steps", minimum=0, maximum=MAX_STEPS)
         if set(arrays) != set(self.optimizer.state_names):
             raise ValueError(f"the {self.optimizer.name} optimizer's state is {', '.join(self.optimizer.state_names)}"
                              f", got {', '.join(sorted(arrays)) or 'nothing'}")

@@ -31,11 +31,21 @@ def thread_address_space():
     return (8 * 2**20 if stack == resource.RLIM_INFINITY else stack) + blas
 
 
+def shown_bytes(n):
+    """``n`` bytes for people, in the largest unit that holds at least one: ``"512 bytes"``, ``"10.97 KiB"``,
+    ``"68.10 MiB"``, ``"238.57 GiB"``, never ``"0.00 MiB"``."""
+    n = int(n)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} byte{'' if abs(n) == 1 else 's'}"
+
+
 def check_fits(nbytes, what, flag):
     """Refuse (ValueError naming ``flag``) something that needs ``nbytes``, more than half of :func:`free_bytes`."""
     free = free_bytes()
     if nbytes > free // 2:
-        raise ValueError(f"{flag}: {what} needs {nbytes / 2**30:.2f} GiB, more than half the {free / 2**30:.2f} GiB "
+        raise ValueError(f"{flag}: {what} needs {shown_bytes(nbytes)}, more than half the {shown_bytes(free)} "
                          "this process can still allocate")
 
 

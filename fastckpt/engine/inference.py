@@ -7,17 +7,31 @@ whole net over at most ``EVAL_CHUNK`` rows at a time through buffers made once p
 input staging buffer and two that the layers alternate between), so evaluating or predicting
 on any number of rows raises the peak by :func:`fastckpt.planner.run.inference_bytes`, whatever
 the depth.
+
+Finite inputs can still overflow inside the net (1e308 times a weight): its output is then NaN, and
+NaN's arg-max is class 0.  So every chunk's output is checked before a class or an accuracy is made of
+it (:func:`output_error`), as every chunk's input is.
 """
 import numpy as np
 
 from fastckpt.core.checks import check_finite
 from fastckpt.data.images import Images
-from fastckpt.kernels import FWD, LOG_SOFTMAX, N_INTS, Ints, float_record_elems, new_gate, runner
+from fastckpt.kernels import (
+    FWD,
+    LOG_SOFTMAX,
+    N_INTS,
+    Ints,
+    all_finite,
+    float_record_elems,
+    new_gate,
+    runner,
+    scale_into,
+)
 from fastckpt.planner.run import EVAL_CHUNK
 
 from .workspace import net_table
 
-__all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "stage_rows"]
+__all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "output_error", "stage_rows"]
 
 
 class Forward:
@@ -103,8 +117,8 @@ def stage_rows(x, dtype, rows):
 
     def staged(i, m):
         part = x[i:i + m]
-        if isinstance(part, Images):
-            return part.into(stage[:m])
+        if isinstance(part, Images):                     # the kernel training stages with: no NumPy cast buffer
+            return scale_into(part.raw, part.divisor, stage[:m])
         with np.errstate(over="ignore"):                 # overflow to inf is reported by the finiteness check
             np.copyto(stage[:m], part, casting="unsafe")
         return stage[:m]
@@ -121,22 +135,40 @@ def in_chunks(params, acts, x, name, consume, *, chunk=EVAL_CHUNK):
     for i in range(0, n, chunk):
         rows = rows_of(i, min(chunk, n - i))
         check_finite(rows, name, offset=i)
-        consume(i, run(rows))
+        out = run(rows)
+        error = output_error(out, name, i)
+        if error is not None:
+            raise error
+        consume(i, out)
+
+
+def output_error(out, name, offset=0):
+    """None, or the ValueError for a chunk's output ``out`` (m, n_out; rows from ``offset`` of the input
+    ``name``) that holds NaN or inf: a finite input whose values overflowed inside the net."""
+    if all_finite(out):
+        return None
+    row, col = (int(k) for k in np.argwhere(~np.isfinite(out))[0])
+    return ValueError(f"{name} row {row + offset} makes the net's output {float(out[row, col])!r}: a value overflowed "
+                      f"{out.dtype} inside the net (the input is finite, but too large for these weights), so no "
+                      "class can be given for it")
 
 
 def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_data"):
-    """How many rows of ``x`` (n, n_in) ``predict`` labels as ``labels`` (n,) says, in chunks of rows.
+    """``(hits, error)``: how many rows of ``x`` (n, n_in) the model labels as ``labels`` (n,) says, in chunks
+    of rows, and None or the :func:`output_error` of the first chunk whose output is not finite.
 
     Each chunk is made C-contiguous in ``dtype`` (in one staging buffer) and checked finite, then
-    ``predict(chunk)`` returns its class indices, or None where another part of the model (a later
-    pipeline stage) counts them.
+    ``predict(chunk)`` returns the model's output rows, or None where another part of the model (a later
+    pipeline stage) has them.  Every chunk is run even after an error, so that the ranks of a model
+    split over several run the same chunks; the caller raises it (on every rank).
     """
-    hits = 0
+    hits, error = 0, None
     rows_of = stage_rows(x, np.dtype(dtype), chunk)
     for i in range(0, x.shape[0], chunk):
         rows = rows_of(i, min(chunk, x.shape[0] - i))
         check_finite(rows, name, offset=i)
-        predicted = predict(rows)
-        if predicted is not None:
-            hits += int(np.count_nonzero(predicted == labels[i:i + chunk]))
-    return hits
+        out = predict(rows)
+        if out is not None and error is None:
+            error = output_error(out, name, i)
+            hits += int(np.count_nonzero(out.argmax(axis=1) == labels[i:i + chunk]))
+    return hits, error

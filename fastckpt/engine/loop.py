@@ -12,6 +12,7 @@ import numpy as np
 from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.core.resources import ResidentBytes
+from fastckpt.data.images import Images
 
 from .progress import epoch_progress
 
@@ -45,19 +46,20 @@ class SkippedSamples(UserWarning):
 
 
 def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
-    """Starts of the mini-batches of ``n`` samples, in order; warns about the samples the lab's rule skips
-    (and, with ``hint``, that ``drop_last=False`` trains on them)."""
-    starts = list(range(0, n - mini_batch_size + 1, mini_batch_size))
-    if not drop_last and n % mini_batch_size:
-        starts.append(starts[-1] + mini_batch_size)
-    elif n % mini_batch_size:
+    """Starts of the mini-batches of ``n`` samples, in order, as a ``range`` (no object per minibatch: NOTE [ The
+    whole run ]); warns about the samples the lab's rule skips (and, with ``hint``, that ``drop_last=False``
+    trains on them)."""
+    if not drop_last:
+        return range(0, n, mini_batch_size)
+    if n % mini_batch_size:
         warnings.warn(SkippedSamples(n % mini_batch_size, n, mini_batch_size, hint), stacklevel=3)
-    return starts
+    return range(0, n - mini_batch_size + 1, mini_batch_size)
 
 
 def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
                first_epoch=0, validation=None, start_epoch=None, eta=None, lr_schedule=None):
-    """The lab's loop over ``update(group, eta)`` for each group of mini-batch starts, every epoch, with
+    """The lab's loop over ``update(group, eta)`` for each group of ``groups`` (a minibatch's start, or the starts
+    of the minibatches one update takes), every epoch, with
     the epoch's learning rate from ``lr_schedule`` (:mod:`fastckpt.core.lr`; constant ``eta`` by default),
     kept per epoch in ``net.history["eta"]``.
 
@@ -72,7 +74,10 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
     """
     if test_data is not None:
         pair(test_data, "test_data")                     # refused before any training, not after an epoch
+    first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
+    if eta is not None:
+        schedule.check_rates(eta, first_epoch, epochs)
     progress, bar = epoch_progress(progress, epochs, first_epoch)
     memusage, updatetime = [], []
     with net.params.lock if lock is None else lock, ResidentBytes() as rss:
@@ -169,6 +174,30 @@ def epoch_order(shuffle, n):
     return lambda epoch: np.random.default_rng([seed, epoch]).permutation(n)
 
 
+class EpochOrder:
+    """The minibatches of ``x`` and ``y`` in each epoch's order: the lab's, or a new one (:func:`epoch_order`)."""
+
+    def __init__(self, x, y, mini_batch_size, shuffle):
+        self.order = epoch_order(shuffle, len(x))
+        if shuffle is not False:                               # rows are taken by index: arrays, not lists
+            x, y = (a if isinstance(a, Images) else np.asarray(a) for a in (x, y))
+        self.x, self.y, self.size, self.rows = x, y, mini_batch_size, None
+
+    def start(self, epoch):
+        """Draw epoch ``epoch``'s order; the last one is let go first (one order is held at a time)."""
+        self.rows = None
+        self.rows = self.order(epoch)
+
+    def minibatch(self, start):
+        """The minibatch at ``start`` of this epoch's order, gathered as the data holds it (Images as bytes)."""
+        take = slice(start, start + self.size)
+        if self.rows is None:
+            return self.x[take], self.y[take]
+        take = self.rows[take]
+        x = Images(self.x.raw[take], self.x.divisor) if isinstance(self.x, Images) else self.x[take]
+        return x, self.y[take]
+
+
 def pair(data, name):
     try:
         x, y = data
@@ -177,12 +206,16 @@ def pair(data, name):
     return x, y
 
 
-def held_arrays(training_data, test_data, validation):
+def held_arrays(training_data, test_data, validation, checked=None):
     """The arrays (or lists) a run keeps, each counted whole: the training pair as given (also when a
-    fraction of it is held out for validation), the test pair, and a validation pair."""
+    fraction of it is held out for validation), the test pair, a validation pair, and the class indices
+    made of one-hot validation rows (``checked``: the validation pair as :func:`split_validation` gives it)."""
     found = list(pair(training_data, "training_data"))
     for extra, name in ((test_data, "test_data"), (validation if isinstance(validation, (tuple, list)) else None,
                                                      "validation")):
         if extra is not None:
             found += pair(extra, name)
+    if checked is not None and not any(isinstance(a, np.ndarray) and np.may_share_memory(checked[1], a)
+                                       for a in found):
+        found.append(checked[1])
     return found

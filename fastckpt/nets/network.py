@@ -10,9 +10,8 @@ from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
-from fastckpt.data.images import Images
 from fastckpt.engine import Engine
-from fastckpt.engine.loop import batch_starts, check_training, epoch_order, held_arrays, run_epochs, split_validation
+from fastckpt.engine.loop import EpochOrder, batch_starts, check_training, held_arrays, run_epochs, split_validation
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import bound_the_run
 from fastckpt.planner.strategies import Plain
@@ -254,25 +253,16 @@ class Network(Predicting):
             self, training_data, epochs, mini_batch_size, eta)
         starts = batch_starts(len(x_train), mini_batch_size, drop_last)
         if max_memory is not None:
-            bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data or val_data,
-                          updates=epochs * len(starts), bound=max_memory, shuffled=shuffle is not False,
-                          held=held_arrays(given, test_data, validation))
-        order = epoch_order(shuffle, len(x_train))
-        if shuffle is not False:                               # rows are taken by index: arrays, not lists
-            x_train, y_train = (a if isinstance(a, Images) else np.asarray(a) for a in (x_train, y_train))
-        rows = [None]                                          # this epoch's order, or None for the lab's
+            bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data, validation=val_data,
+                          updates=epochs * len(starts), epochs=epochs, bound=max_memory, shuffled=shuffle is not False,
+                          held=held_arrays(given, test_data, validation, val_data))
+        order = EpochOrder(x_train, y_train, mini_batch_size, shuffle)
 
-        def start_epoch(epoch):
-            rows[0] = order(epoch)
-
-        def update(group, rate):
-            take = slice(group[0], group[0] + mini_batch_size)
-            if rows[0] is not None:
-                take = rows[0][take]
-            self.update_mini_batch(x_train[take], y_train[take], rate)
+        def update(start, rate):
+            self.update_mini_batch(*order.minibatch(start), rate)
             return self.last_loss
-        return run_epochs(self, epochs, [[s] for s in starts], update, test_data, verbose, progress,
-                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=start_epoch,
+        return run_epochs(self, epochs, starts, update, test_data, verbose, progress,
+                          on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=order.start,
                           eta=eta, lr_schedule=lr_schedule)
 
     # -- files ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ NOTE [ No rank waits forever ] (:mod:`fastckpt.parallel.mpi`).
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.core.resources import shown_bytes
 from fastckpt.engine import Engine
 from fastckpt.nets import Network
 from fastckpt.planner import InfeasiblePlan
@@ -98,7 +99,7 @@ class MPITrainer(RankTrainer):
             least = exc.minimum_bytes + buffers
             raise InfeasiblePlan(f"{net.strategy} with --mpi: a rank's step, the gradient buffers of the "
                                  f"exchange and the rows a minibatch may be converted into need at least {least} "
-                                 f"bytes ({least / 2**20:.2f} MiB); got {net.strategy.nbytes}", least) from None
+                                 f"bytes ({shown_bytes(least)}); got {net.strategy.nbytes}", least) from None
 
     def predicted_bytes(self, batch):
         """Bytes by part that one rank holds, training on minibatches of ``batch`` samples; ``staging``: the

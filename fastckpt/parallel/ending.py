@@ -16,16 +16,18 @@ def abort_on_uncaught(on=True):
     """Whether an exception that nothing catches ends the whole MPI job (the default) or only this rank.
 
     NOTE [ An uncaught exception ends the job ]
-    Once a trainer or ``Group`` exists on a rank of a job of several, Python's
+    Once fastckpt has touched MPI on a rank of a job of several (a ``Grid``, a
+    ``Group``, any trainer, ``mpi_world()``), Python's
     ``sys.excepthook`` prints the traceback as usual and then calls ``MPI_Abort``
     on ``MPI.COMM_WORLD`` (as ``python -m mpi4py`` does), so a user's script that
-    raises on one rank between two updates (a bad minibatch only that rank read)
-    ends every rank within seconds instead of leaving the others in their next
-    collective forever.  An error every rank raised at the same point (settings or
+    raises on one rank between two updates (a bad minibatch only that rank read),
+    or before the first trainer (a ``Grid`` that does not fit the job, made on
+    one rank), ends every rank within seconds instead of leaving the others in
+    their next collective forever.  An error every rank raised at the same point (settings or
     a minibatch refused on every rank, NOTE [ No rank waits forever ]) ends each
     rank on its own, as without MPI.  Exceptions a script catches are untouched.  Pass
-    ``on=False`` (or set ``FASTCKPT_ABORT_ON_UNCAUGHT=0`` before the trainer is
-    made) when the script handles rank failures itself.
+    ``on=False`` (or set ``FASTCKPT_ABORT_ON_UNCAUGHT=0`` before fastckpt is
+    imported) when the script handles rank failures itself.
     """
     if not isinstance(on, (bool, np.bool_)):
         raise TypeError(f"on must be True or False, got {on!r}")

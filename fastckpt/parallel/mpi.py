@@ -45,12 +45,20 @@ from .ending import abort_job, everywhere, hook_uncaught
 
 
 def mpi_world():
-    """mpi4py's ``MPI`` and ``MPI.COMM_WORLD``, or a clear error when mpi4py is not installed."""
+    """mpi4py's ``MPI`` and ``MPI.COMM_WORLD``, or a clear error when mpi4py is not installed.
+
+    In a job of several ranks it arms the hook that ends the job on an uncaught exception (NOTE [ An
+    uncaught exception ends the job ]): everything of fastckpt that touches MPI comes here first (a
+    ``Grid``, a ``Group``, every trainer), so a rank that fails there alone, before any trainer exists
+    (a ``Grid`` that does not fit the job), ends the job instead of leaving the others in their first
+    collective."""
     try:
         from mpi4py import MPI
     except ImportError as exc:
         raise RuntimeError("MPI needs mpi4py and an MPI library: pip install mpi4py mpich "
                            f"(import failed: {exc})") from None
+    if MPI.COMM_WORLD.Get_size() > 1:
+        hook_uncaught(MPI.COMM_WORLD)
     return MPI, MPI.COMM_WORLD
 
 
@@ -81,8 +89,6 @@ class Group:
         self.MPI, world = mpi_world()
         self.comm = world if comm is None else check_comm(comm, self.MPI)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        if world.Get_size() > 1:
-            hook_uncaught(world)
 
     def agree(self, mine, what="settings"):
         """One ``allgather``: ``mine`` is this rank's dict of settings (values shown as text), or the

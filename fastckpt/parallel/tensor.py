@@ -217,8 +217,11 @@ class TensorParallelTrainer(TensorLayers, TensorBytes, RankTrainer):
 
         def predict(rows):
             self._forward(rows, zeros[:rows.shape[0]])
-            return self._a[-1][:rows.shape[0]].argmax(axis=1)
-        return count_correct(x, labels, self.dtype, predict, chunk=chunk) / x.shape[0]
+            return self._a[-1][:rows.shape[0]]
+        hits, error = count_correct(x, labels, self.dtype, predict, chunk=chunk)
+        if error is not None:                   # every rank holds the same output: raised on every rank alike
+            raise error
+        return hits / x.shape[0]
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *, verbose=True, **hooks):
         """The lab's loop (:func:`~fastckpt.parallel.mpi.lab_loop`, with its hooks); returns (memusage, updatetime)."""

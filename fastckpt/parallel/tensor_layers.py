@@ -15,6 +15,7 @@ import gc
 import numpy as np
 
 from fastckpt.core.losses import l2_penalty
+from fastckpt.core.resources import shown_bytes
 from fastckpt.kernels import (
     NO_TRANS,
     TRANS,
@@ -58,7 +59,7 @@ def fit_strategy(sizes, fit, total_of, what, top_free=False):
     if not fits:
         least = min(f[1] for f in found)
         raise InfeasiblePlan(f"{fit}: {describe_sizes(sizes)} at {what} needs at least {least} bytes "
-                             f"({least / 2**20:.2f} MiB) on its widest tensor shard, keeping the fewest states "
+                             f"({shown_bytes(least)}) on its widest tensor shard, keeping the fewest states "
                              f"that plain, every_nth(n), segments(k) or sqrt keep; got {fit.nbytes}", least)
     gc.collect()                          # the candidates' plans hold reference cycles: not to sit beside the buffers
     return min(fits)[3]

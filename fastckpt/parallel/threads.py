@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from fastckpt.core.checks import check_eta, check_positive_int
-from fastckpt.core.resources import check_fits, thread_address_space
+from fastckpt.core.resources import check_fits, shown_bytes, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
 from fastckpt.kernels import blas_threads, set_blas_threads
@@ -112,7 +112,7 @@ class DataParallel:
                 state = ", the optimizer's state" if net.optimizer.slots else ""
                 raise InfeasiblePlan(f"{strategy} with {threads} threads: the parameters{state}, the gradient sum "
                                      f"and {threads} workers' steps need at least {least} bytes "
-                                     f"({least / 2**20:.2f} MiB); got {strategy.nbytes}", least) from None
+                                     f"({shown_bytes(least)}); got {strategy.nbytes}", least) from None
         if threads == 1 and net.optimizer.slots:                          # the one worker's plan holds the state
             return net.plan(batch, optimizer_in_backward=False)
         return self._plan(batch, strategy, 1 if threads > 1 else None)

@@ -12,6 +12,7 @@ chunk; the larger of the two counts.  tests/test_compact.py holds memray's peak 
 """
 import numpy as np
 
+from fastckpt.core.resources import shown_bytes
 from fastckpt.kernels import blas_core as current_blas_core
 from fastckpt.kernels import blas_threads as current_blas_threads
 
@@ -22,9 +23,11 @@ EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): 
 
 
 def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_CHUNK, what="evaluate",
-                    blas_threads=None, core=None):
+                    blas_threads=None, core=None, labels=None):
     """The bytes one ``evaluate`` (or ``predict``, ``feedforward``) call on ``n_rows`` rows adds to the
-    peak (NOTE [ Inference bytes ]); ``staged``: the data is not C-contiguous in ``dtype`` (Images are not)."""
+    peak (NOTE [ Inference bytes ]); ``staged``: the data is not C-contiguous in ``dtype`` (Images are not);
+    ``labels``: ``evaluate``'s labels, when known (one-hot rows are held as class indices through the call,
+    and integer labels of another type than the arg-max's are cast a chunk at a time to compare)."""
     if what not in ("evaluate", "predict", "feedforward"):
         raise ValueError(f"what must be 'evaluate', 'predict' or 'feedforward', got {what!r}")
     itemsize = np.dtype(dtype).itemsize
@@ -42,22 +45,52 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
                                  for m in {rows, int(n_rows) % rows or rows}
                                  for n_in, n_out in zip(sizes[:-1], sizes[1:])) else 0
     after = rows * 9 if what == "evaluate" else 0       # a chunk's int64 arg-max and its comparison
+    if what == "evaluate" and labels is not None:
+        y = labels if isinstance(labels, np.ndarray) else np.asarray(labels)
+        total += 0 if y is labels else y.nbytes         # a list becomes an array for the call
+        if y.ndim > 1:
+            total += int(n_rows) * 8                    # one-hot rows: their arg-max, every row's class
+        elif y.dtype != np.intp:
+            after += rows * 8                           # NumPy's buffer of a chunk's labels cast to int64
     return total + max(blas, after)
 
 
 # NOTE [ The whole run ]
 # A training run holds, besides the step's plan (parameters, gradients, activations, deltas, scratch,
 # BLAS): the data; the staging rows a minibatch is converted into when the data is not already
-# C-contiguous in the net's dtype (compact Images and integer labels always are converted); per update
-# one RSS and one time in the lab's two result lists; and after each epoch, one at a time, the
-# evaluation's chunk buffers (NOTE [ Inference bytes ]) or a save, which writes each array from where it
-# is (numpy's writer copies at most 16 MiB of one array at a time).  The step's workspace lives through
-# the run, so these add to it, but not to the step's BLAS job table, which lives only inside a GEMM.
+# C-contiguous in the net's dtype (compact Images and integer labels always are converted); with a new
+# order each epoch, that order (int64 per sample) and a minibatch gathered from the data in it; the
+# records of :func:`record_bytes`; and after each epoch, one at a time, the evaluations of the test and
+# the validation set, each through its chunk's buffers (NOTE [ Inference bytes ]), or a save, which
+# writes each array from where it is (numpy's writer copies at most 16 MiB of one array at a time).
+# The step's workspace lives through the run, so these add to it, but not to the step's BLAS job
+# table, which lives only inside a GEMM.  Nothing else grows with the data, the batch or the updates:
+# the minibatches are taken by their start (a ``range``, no object each), and the run keeps the
+# Python objects of its net, plan and settings, tens of KiB whatever the sizes.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
-NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table, an evaluation and a save but
-                                  # the largest: they are never held together, so the parts add up to the total
-RECORD_BYTES = 72          # one update's RSS (an int) and time (a float) in the lab's two lists
-SAVE_EXTRA = 64 * 1024     # the zip archive's buffers and the metadata of one save
+NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
+                                  # an evaluation and a save but the largest: they are never held together,
+                                  # so the parts add up to the total
+UPDATE_BYTES = 32 + 24 + 24   # per update: its RSS (an int below 2**60) and time in the lab's lists, its loss
+EPOCH_BYTES = 4 * 24          # per epoch: its rate, mean loss and accuracies in ``net.history``
+SAVE_EXTRA = 64 * 1024        # the zip archive's buffers and the metadata of one save
+
+
+def list_slots(n):
+    """The slots of a Python list after ``n`` appends: CPython's growth rule (``list_resize``)."""
+    slots = 0
+    while slots < n:
+        slots = (slots + 1 + ((slots + 1) >> 3) + 6) & ~3
+    return slots
+
+
+def record_bytes(updates, epochs=1):
+    """What a run of ``updates`` updates over ``epochs`` epochs records: the lab's two lists of every update's
+    RSS and time, the last epoch's list of losses, and ``net.history``'s four lists, slots included."""
+    updates, epochs = int(updates), max(1, int(epochs))
+    per_epoch = updates // epochs
+    return (updates * (UPDATE_BYTES - 24) + per_epoch * 24 + 8 * (2 * list_slots(updates) + list_slots(per_epoch))
+            + epochs * EPOCH_BYTES + 8 * 4 * list_slots(epochs))
 
 
 def data_bytes(*arrays):
@@ -80,37 +113,44 @@ def staging_bytes(plan, x, y):
         (rows * plan.sizes[-1] * item if staged(y, plan.dtype) else 0)
 
 
-def run_bytes(plan, training, test=None, *, updates, save=False):
+def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
-    ``plan`` is the step's; ``training`` and ``test`` the (x, y) pairs the run reads; ``updates`` how
-    many updates it makes (its result lists grow by one entry each); ``save``: whether it saves the
-    net after each epoch.  Returns an ordered dict whose last entry, ``total``, is the peak: the sum of the
-    entries before it but those of the step's parts (``step: total`` is their sum), one of which, ``not held at
-    once`` (zero or negative), takes off the step's BLAS job table, the evaluation and the save but the
-    largest of them, since the three are never held together.
+    ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
+    validation set held out of the training data is given as both parts, views of it); ``updates`` how many
+    updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
+    each epoch takes the minibatches in a new order.  Returns an ordered dict whose last entry, ``total``,
+    is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
+    sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
+    a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
+    never held together.
     """
     (x, y), dtype, sizes = training, plan.dtype, plan.sizes
-    parts = {"data": data_bytes(x, y, *(test or ()))}
+    parts = {"data": data_bytes(x, y, *(test or ()), *(validation or ()))}
     parts.update({f"step: {k}": v for k, v in plan.bytes().items() if k != "activation_memory"})
-    item = dtype.itemsize
+    batch, item = plan.batch_size, dtype.itemsize
     parts["staging"] = staging_bytes(plan, x, y)
-    parts["records"] = int(updates) * RECORD_BYTES
+    if shuffled:        # the epoch's order (lists made arrays to take rows by it), and a minibatch gathered
+        parts["order"] = len(x) * 8 + sum(data_bytes(a) for a in (x, y) if isinstance(a, list))
+        parts["gathered"] = data_bytes(x[:batch], y[:batch])
+    parts["records"] = record_bytes(updates, epochs)
     after = []
-    if test is not None:
-        parts["evaluation"] = inference_bytes(sizes, len(test[0]), dtype, staged=staged(test[0], dtype),
-                                              blas_threads=plan.blas_threads)
+    evaluations = [inference_bytes(sizes, len(pair[0]), dtype, staged=staged(pair[0], dtype), labels=pair[1],
+                                   blas_threads=plan.blas_threads) for pair in (test, validation) if pair is not None]
+    if evaluations:                   # the test set's, then the validation set's: the larger counts
+        parts["evaluation"] = max(evaluations)
         after.append(parts["evaluation"])
     if save:
         largest = max(n_out * n_in for n_in, n_out in zip(sizes[:-1], sizes[1:])) * item
         parts["saving"] = min(largest, 16 * 2**20) + SAVE_EXTRA
         after.append(parts["saving"])
-    # the step's BLAS job table lives only inside its GEMMs, never during an evaluation or a save, and those
-    # two come one at a time: the largest of the three counts, and the others are taken off again
-    blas = parts["step: blas"]
-    parts[NOT_AT_ONCE] = max([blas, *after]) - blas - sum(after)
-    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts["records"] + sum(after) + \
-        parts[NOT_AT_ONCE]
+    # the step's BLAS job table lives only inside its GEMMs, and a gathered minibatch only through its step:
+    # never during an evaluation or a save, and those two come one at a time: the largest counts, and the
+    # others are taken off again
+    during = parts["step: blas"] + parts.get("gathered", 0)
+    parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
+    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
+        parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
     return parts
 
 
@@ -127,7 +167,7 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
     def run(b):
         p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
-        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs)
 
     def fits(b):
         return run(b)[1]["total"] <= bound
@@ -160,11 +200,12 @@ def refuse_under_mkl(name, bound, what="a bound on the whole run", shown=None):
 
 
 def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
-                optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0):
+                optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0, **around):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
     staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
-    holds besides): a step planned with it keeps the whole run within ``bound``.  A ValueError naming
-    ``name`` and each part when the run cannot fit."""
+    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``): a step planned
+    with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
+    cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
     refuse_under_mkl(name, bound)
@@ -172,13 +213,16 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     def planned(strategy):
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
-    rest = run_bytes(planned("plain"), training, test, updates=updates, save=save)
-    others = rest["data"] + rest["staging"] + rest["records"] + extra
-    after = max(rest.get("evaluation", 0), rest.get("saving", 0))
-    budget = bound - others - max(0, after - rest["step: blas"])
-    parts = ", ".join(f"{part} {value / MiB:.2f} MiB" for part, value in rest.items()
-                      if part in ("data", "staging", "records", "evaluation", "saving"))
-    parts += f", besides {extra / MiB:.2f} MiB" if extra else ""
+    rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
+    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + extra
+    # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
+    # job table (the same for every plan of these sizes) does not meet
+    beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
+                 rest.get("saving", 0) - rest["step: blas"])
+    budget = bound - others - beside
+    parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
+                      if part in ("data", "staging", "order", "gathered", "records", "evaluation", "saving"))
+    parts += f", besides {shown_bytes(extra)}" if extra else ""
     least = None
     if budget > 0:
         try:
@@ -186,26 +230,26 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
             return Fit(budget)
         except InfeasiblePlan as exc:
             least = exc.minimum_bytes
-    need = others + max(0, after - rest["step: blas"]) + (least or 0)
+    need = others + beside + (least or 0)
     if least is None:
-        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {need / MiB:.2f} MiB "
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(need)} "
                          f"before its training step: {parts}")
-    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {need / MiB:.2f} MiB: "
-                     f"{parts}, and the least training step {least / MiB:.2f} MiB")
+    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {shown_bytes(need)}: "
+                     f"{parts}, and the least training step {shown_bytes(least)}")
 
 
-def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, shuffled=False):
+def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, **around):
     """The whole run's parts (:func:`run_bytes`) when its predicted peak is within ``bound`` (bytes, or a
     string such as ``"256MiB"``); else a ValueError naming ``name``, the parts, and the ``fit`` strategy
     whose step would keep the run within the bound (when one would).  ``held``: every array the caller
-    keeps for the run (the data before a validation split, a validation set), counted whole instead of
-    ``training`` and ``test``; ``shuffled``: each minibatch is first copied out of the data in a new order."""
+    keeps for the run (the data before a validation split, a validation set, class indices made of one-hot
+    validation rows), counted whole instead of ``training``, ``test`` and ``validation``; ``around``:
+    :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``."""
     from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
     refuse_under_mkl(name, bound)
-    parts = run_bytes(plan, training, test, updates=updates)
-    extra = (data_bytes(*held) - parts["data"] if held is not None else 0) + \
-        (data_bytes(training[0][:plan.batch_size], training[1][:plan.batch_size]) if shuffled else 0)
+    parts = run_bytes(plan, training, test, updates=updates, **around)
+    extra = data_bytes(*held) - parts["data"] if held is not None else 0
     if extra:
         parts["besides"] = extra
         parts["total"] += extra
@@ -213,8 +257,8 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
         return parts
     fit = fit_the_run(plan.sizes, plan.batch_size, plan.dtype, bound, training, test, updates=updates,
                       optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
-                      extra=extra)
-    shown = ", ".join(f"{part} {parts[part] / MiB:.2f} MiB" for part in ("data", "step: total", "staging", "records",
-                                                                         "evaluation", "besides") if part in parts)
-    raise ValueError(f"{name} {format_bytes(bound)}: this run needs {parts['total'] / MiB:.2f} MiB with strategy "
+                      extra=extra, **around)
+    shown = ", ".join(f"{part} {shown_bytes(parts[part])}" for part in
+                      ("data", "step: total", "staging", "order", "records", "evaluation", "besides") if part in parts)
+    raise ValueError(f"{name} {format_bytes(bound)}: this run needs {shown_bytes(parts['total'])} with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")

@@ -42,7 +42,7 @@ measurements.
 
 import numpy as np
 
-from fastckpt.core.resources import free_bytes
+from fastckpt.core.resources import free_bytes, shown_bytes
 from fastckpt.kernels import multi_points, once_points, region_table_of, revolve_splits
 
 from .trees import keep_all, suffix_sums
@@ -58,8 +58,8 @@ def check_room(what, n, nbytes):
     """Refuse a search over ``n`` reverse steps whose tables need ``nbytes``, if above half the free memory."""
     free = free_bytes()
     if nbytes > free // 2:
-        raise PlanTooCostly(f"planning {what} over {n - 1} layers needs {nbytes / 2**30:.1f} GiB of tables, more "
-                            f"than half the {free / 2**30:.1f} GiB this process can allocate; use every_nth(n), "
+        raise PlanTooCostly(f"planning {what} over {n - 1} layers needs {shown_bytes(nbytes)} of tables, more "
+                            f"than half the {shown_bytes(free)} this process can allocate; use every_nth(n), "
                             "segments(k) or sqrt, which plan any depth, or fewer layers")
 
 

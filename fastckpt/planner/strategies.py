@@ -12,6 +12,7 @@ from fractions import Fraction
 import numpy as np
 
 from fastckpt.core.layout import grad_bytes, param_layout
+from fastckpt.core.resources import shown_bytes
 
 from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
 from .search import least_peak, multi_front, once_front, revolve_tree
@@ -151,7 +152,7 @@ class Budget(Strategy):
             least = fixed + least_peak(search, flops, w)
             raise InfeasiblePlan(
                 f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at "
-                f"least {least} bytes ({least / 2**20:.2f} MiB) of activation memory, of which {fixed} "
+                f"least {least} bytes ({shown_bytes(least)}) of activation memory, of which {fixed} "
                 f"are the two delta buffers; got {self.nbytes}", least)
         return front.tree(len(front.peaks) - 1)
 
@@ -195,8 +196,8 @@ class Fit(Strategy):
         least = fixed + least_peak(multi_front, flops, w, grads=grads)
         raise InfeasiblePlan(
             f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
-            f"{least} bytes ({least / 2**20:.2f} MiB) for a training step, of which {fixed} "
-            f"({fixed / 2**20:.2f} MiB) are parameters{', optimizer state' if optimizer_slots else ''}, deltas and "
+            f"{least} bytes ({shown_bytes(least)}) for a training step, of which {fixed} "
+            f"({shown_bytes(fixed)}) are parameters{', optimizer state' if optimizer_slots else ''}, deltas and "
             f"buffers no schedule removes; got {self.nbytes}",
             least)
 

@@ -3,6 +3,7 @@ import numpy as np
 
 from fastckpt.core.checks import check_positive_int
 from fastckpt.core.layout import param_layout
+from fastckpt.core.resources import shown_bytes
 from fastckpt.engine.workspace import stash_elems, workspace_delta_elems
 from fastckpt.planner import InfeasiblePlan
 from fastckpt.planner import plan as make_plan
@@ -26,6 +27,17 @@ def balance(costs, stages, fits=None):
     if stages > n:
         raise ValueError(f"{stages} stages need at least {stages} layers, the net has {n}")
     prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    _, parts = least_largest(n, stages, lambda p, lo, hi: prefix[hi] - prefix[lo]
+                             if fits is None or fits(p, lo, hi) else float("inf"))
+    if parts is None:
+        raise ValueError(f"no split of the {n} layers into {stages} stages fits the memory limit")
+    return parts
+
+
+def least_largest(n, stages, cost):
+    """``(value, parts)``: the split of ``n`` layers into ``stages`` contiguous ranges whose largest
+    ``cost(stage, lo, hi)`` is least (inf: that range cannot be that stage), ties to the earliest cut;
+    ``(inf, None)`` when every split has a range that cannot be."""
     inf = float("inf")
     best = [[inf] * (n + 1) for _ in range(stages + 1)]
     cut = [[0] * (n + 1) for _ in range(stages + 1)]
@@ -33,19 +45,19 @@ def balance(costs, stages, fits=None):
     for p in range(1, stages + 1):
         for j in range(p, n - (stages - p) + 1):
             for i in range(p - 1, j):
-                if best[p - 1][i] == inf or (fits is not None and not fits(p - 1, i, j)):
+                if best[p - 1][i] == inf:
                     continue
-                value = max(best[p - 1][i], prefix[j] - prefix[i])
+                value = max(best[p - 1][i], cost(p - 1, i, j))
                 if value < best[p][j]:
                     best[p][j], cut[p][j] = value, i
     if best[stages][n] == inf:
-        raise ValueError(f"no split of the {n} layers into {stages} stages fits the memory limit")
+        return inf, None
     bounds, j = [n], n
     for p in range(stages, 0, -1):
         j = cut[p][j]
         bounds.append(j)
     bounds.reverse()
-    return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    return best[stages][n], [b - a for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
@@ -108,7 +120,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     best, total = planned(Budget(low))
     if total > strategy.nbytes:
         raise InfeasiblePlan(f"{strategy}: the stage of layers {lo}..{hi - 1} at micro-batches of {rows} holds at "
-                             f"least {total} bytes ({total / 2**20:.2f} MiB) with its micro-batches in flight, "
+                             f"least {total} bytes ({shown_bytes(total)}) with its micro-batches in flight, "
                              f"gradient sum and message buffers; got {strategy.nbytes}", total)
     high = make_plan(sub, rows, dtype, "plain", blas_threads=threads).bytes()["activation_memory"]
     while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
@@ -184,23 +196,32 @@ def choose_partition(sizes, stages, partition, memory_limit, batch_size, stage_t
             return balance(costs, stages, lambda stage, lo, hi: ok(lo, hi))
         except ValueError:
             return balance(costs, stages)
-    limit = check_positive_int(memory_limit, "memory_limit")
+    limit, inf = check_positive_int(memory_limit, "memory_limit"), float("inf")
     if batch_size is None:
         raise ValueError("memory_limit needs batch_size: the memory of a stage depends on it")
 
+    needs = {}
+
     def need(stage, lo, hi):
-        try:
-            return stage_total(stage, lo, hi)["total"]
-        except InfeasiblePlan as exc:
-            return exc.minimum_bytes
+        """The stage's bytes within ``limit``, or the least it can take (more than ``limit``)."""
+        if (stage, lo, hi) not in needs:
+            try:
+                needs[stage, lo, hi] = stage_total(stage, lo, hi)["total"]
+            except InfeasiblePlan as exc:
+                needs[stage, lo, hi] = exc.minimum_bytes
+        return needs[stage, lo, hi]
     try:
         return balance(costs, stages, lambda stage, lo, hi: ok(lo, hi) and need(stage, lo, hi) <= limit)
     except ValueError:
-        parts = balance(costs, stages)
-        most = max(need(s, sum(parts[:s]), sum(parts[:s + 1])) for s in range(stages))
+        # the least bound any split the trainer would take keeps: over every split, its largest stage's least
+        # bytes (a stage within ``limit`` counts its bytes there, below every stage that is not)
+        most, parts = least_largest(n_layers, stages, lambda s, lo, hi: need(s, lo, hi) if ok(lo, hi) else inf)
+        if parts is None:                          # no split's stages split over the shards: check_stages says so
+            parts = balance(costs, stages)
+            most = max(need(s, sum(parts[:s]), sum(parts[:s + 1])) for s in range(stages))
         raise InfeasiblePlan(f"no split of the {n_layers} layers into {stages} stages fits {format_bytes(limit)} "
-                             f"per rank: the balanced split {parts} needs {most} bytes ({most / 2**20:.2f} MiB) on "
-                             "its largest stage", most) from None
+                             f"per rank: the least any split needs is {most} bytes ({shown_bytes(most)}) on its "
+                             f"largest stage, with the split {parts}", most) from None
 
 
 def check_stages(strategy, sizes, partition, shards=1, shard=0):
