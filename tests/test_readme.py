@@ -52,12 +52,14 @@ def test_the_whole_run_figures_are_what_plan_data_predicts_for_fashion_mnist_s_s
     images = np.zeros((70_000, 784), np.uint8)
     training = (Images(images[:60_000]), np.zeros(60_000, np.uint8))
     test = (Images(images[60_000:]), np.zeros(10_000, np.uint8))
-    parts = run_bytes(plan([784] + [512] * 16 + [10], 256, blas_threads=2), training, test, updates=60_000 // 256)
+    parts = run_bytes(plan([784] + [512] * 16 + [10], 256, blas_threads=2), training, test, updates=60_000 // 256,
+                      command=True)
     said = " ".join(README.split("### The whole run", 1)[1].split())
     assert f"| plain | {parts['total'] / 2**20:.2f} |" in said
     for before, part in ((" predicted, the data", "total"), (" as bytes", "data"),
                          (" (the plan's total", "step: total"), (", the result lists", "staging"),
-                         (" and the evaluation", "records"), (" BLAS job table", "step: blas")):
+                         (", the Python objects", "records"), (" and the evaluation", "python objects"),
+                         (" BLAS job table", "step: blas")):
         assert _mib(said, before) == round(abs(parts[part]) / 2**20, 2), (before, part, parts)
     assert _mib(said, ", less the step's") == round(parts["evaluation"] / 2**20, 2)
     assert parts[NOT_AT_ONCE] == -parts["step: blas"] < 0

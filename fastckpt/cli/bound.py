@@ -36,7 +36,7 @@ def _around(run, training, epochs):
     if run.validation:
         split = int(len(x) * (1 - run.validation))
         (x, y), validation = (x[:split], y[:split]), (x[split:], y[split:])
-    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None}
+    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True}
 
 
 def bounded(args, run, state, *, whole, training, test):

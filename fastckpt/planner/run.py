@@ -66,11 +66,17 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # The step's workspace lives through the run, so these add to it, but not to the step's BLAS job
 # table, which lives only inside a GEMM.  Nothing else grows with the data, the batch or the updates:
 # the minibatches are taken by their start (a ``range``, no object each), and the run keeps the
-# Python objects of its net, plan and settings, tens of KiB whatever the sizes.
+# Python objects of its net, plan and settings (:func:`object_bytes`), tens of KiB whatever the data.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
                                   # so the parts add up to the total
+# The Python objects a run makes of its net, engine, plan and settings (views, the op list, the tables' array
+# objects, the command's namespace and result): a few KiB of base and a few hundred bytes per layer and per op
+# of the plan.  memray counts them one by one; measured on CPython 3.11 for nets of 3 to 97 layers and plans of
+# 7 to 926 ops (plain, sqrt, revolve, the optimizer in backward), and counted here at the most they came to.
+OBJECTS_BASE, OBJECTS_PER_LAYER, OBJECTS_PER_OP = 20 * 1024, 1250, 290
+OBJECTS_COMMAND = 52 * 1024      # the command's own besides: its parsed arguments, its result, its data's names
 UPDATE_BYTES = 32 + 24 + 24   # per update: its RSS (an int below 2**60) and time in the lab's lists, its loss
 EPOCH_BYTES = 4 * 24          # per epoch: its rate, mean loss and accuracies in ``net.history``
 SAVE_EXTRA = 64 * 1024        # the zip archive's buffers and the metadata of one save
@@ -113,13 +119,22 @@ def staging_bytes(plan, x, y):
         (rows * plan.sizes[-1] * item if staged(y, plan.dtype) else 0)
 
 
-def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False):
+def object_bytes(plan, command=False):
+    """The Python objects of a run of ``plan``: its net, engine, plan and settings (:data:`OBJECTS_BASE`), and
+    with ``command`` those of ``fastckpt train``."""
+    return OBJECTS_BASE + OBJECTS_COMMAND * bool(command) + OBJECTS_PER_LAYER * plan.n_layers + \
+        OBJECTS_PER_OP * len(plan.ops)
+
+
+def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
+              command=False):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
     validation set held out of the training data is given as both parts, views of it); ``updates`` how many
     updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
-    each epoch takes the minibatches in a new order.  Returns an ordered dict whose last entry, ``total``,
+    each epoch takes the minibatches in a new order; ``command``: the run is ``fastckpt train``'s (its Python
+    objects, :func:`object_bytes`).  Returns an ordered dict whose last entry, ``total``,
     is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
     sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
     a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
@@ -134,6 +149,7 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
         parts["order"] = len(x) * 8 + sum(data_bytes(a) for a in (x, y) if isinstance(a, list))
         parts["gathered"] = data_bytes(x[:batch], y[:batch])
     parts["records"] = record_bytes(updates, epochs)
+    parts["python objects"] = object_bytes(plan, command)
     after = []
     evaluations = [inference_bytes(sizes, len(pair[0]), dtype, staged=staged(pair[0], dtype), labels=pair[1],
                                    blas_threads=plan.blas_threads) for pair in (test, validation) if pair is not None]
@@ -150,6 +166,7 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     during = parts["step: blas"] + parts.get("gathered", 0)
     parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
     parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
+        parts["python objects"] + \
         parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
     return parts
 
@@ -214,22 +231,29 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
-    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + extra
+    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
     beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
                  rest.get("saving", 0) - rest["step: blas"])
     budget = bound - others - beside
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
-                      if part in ("data", "staging", "order", "gathered", "records", "evaluation", "saving"))
+                      if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
+                                  "saving"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
     least = None
-    if budget > 0:
+    for _ in range(4):               # a plan that recomputes has more ops, so more Python objects: take them off
+        if budget <= 0:
+            break
         try:
-            planned(Fit(budget))
-            return Fit(budget)
+            fitted = planned(Fit(budget))
         except InfeasiblePlan as exc:
             least = exc.minimum_bytes
+            break
+        over = run_bytes(fitted, training, test, updates=updates, save=save, **around)["total"] + extra - bound
+        if over <= 0:
+            return Fit(budget)
+        budget -= over
     need = others + beside + (least or 0)
     if least is None:
         raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(need)} "
