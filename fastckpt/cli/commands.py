@@ -133,7 +133,8 @@ def show_max_batch(args):
     for strategy in ("plain", "every_nth(2)", "sqrt"):
         for fused in (False, True):
             found = largest_batch(args.sizes, args.max_memory, training, test, dtype=args.dtype, strategy=strategy,
-                                  epochs=args.epochs, optimizer_in_backward=fused, optimizer=args.optimizer)
+                                  epochs=args.epochs, optimizer_in_backward=fused, optimizer=args.optimizer,
+                                  command=True)
             batch, p, parts = found if found else (None, None, None)
             rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
                          "recompute_factor": p.recompute_factor if p else None,

@@ -172,9 +172,10 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
 
 
 def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
-                  optimizer_in_backward=False, optimizer="sgd", save=False):
+                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False):
     """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
-    as ``(batch, plan, parts)`` (:func:`run_bytes`), or None when not even batch 1 fits.
+    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``), or None when not
+    even batch 1 fits.
 
     The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
     grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
@@ -184,7 +185,7 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
     def run(b):
         p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
-        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command)
 
     def fits(b):
         return run(b)[1]["total"] <= bound
