@@ -252,7 +252,7 @@ def test_train_max_memory_says_in_words_what_it_kept_recomputed_and_the_peak_it_
     step = fastckpt.plan(sizes, batch, strategy=said["strategy"])
     again = int((step.forward_counts > 1).sum())
     training, test = fastckpt.load_mnist(compact=True)
-    whole = run_bytes(step, training, test, updates=len(training[0]) // batch)["total"]
+    whole = run_bytes(step, training, test, updates=len(training[0]) // batch, command=True)["total"]
     assert said["bound"] == {"max_memory": bound, "kept": list(step.kept), "recomputed_layers": again,
                              "extra_flop_fraction": step.extra_flop_fraction, "step_bytes": step.bytes()["total"],
                              "whole_run_bytes": whole}
@@ -277,7 +277,8 @@ def test_plan_data_prints_parts_that_add_up_to_its_total():
     rows = [re.match(r"^  (\S.*?)\s+(-?[\d,]+)\s+-?[\d.]+ MiB$", line) for line in text.splitlines()]
     parts = {row.group(1): int(row.group(2).replace(",", "")) for row in rows if row}     # the step's own: indented
     total = parts.pop("total")
-    assert set(parts) == {"data", "step", "staging", "records", "evaluation", "not held at once"}, parts
+    assert set(parts) == {"data", "step", "staging", "records", "python objects", "evaluation",
+                          "not held at once"}, parts
     assert sum(parts.values()) == total and parts["not held at once"] < 0
     whole = json.loads(_run(*args, "--json").stdout)["whole_run"]
     assert sum(v for k, v in whole.items() if not k.startswith("step: ") and k != "total") + whole["step: total"] \
@@ -290,7 +291,7 @@ def test_plan_data_prints_parts_that_add_up_to_its_total():
         got = run_bytes(step, training, test, updates=15, save=save)
         held = [got["step: blas"], got["evaluation"]] + ([got["saving"]] if save else [])   # the largest counts
         assert got["total"] == got["data"] + got["step: total"] - got["step: blas"] + got["staging"] + \
-            got["records"] + max(held)
+            got["records"] + got["python objects"] + max(held)
         assert got["total"] == sum(v for k, v in got.items() if not k.startswith("step: ") and k != "total") + \
             got["step: total"]
 

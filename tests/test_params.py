@@ -237,7 +237,7 @@ def test_no_module_reads_another_objects_private_attributes():
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                     and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "other"))
-                    and ast.unparse(node) != "os._exit"):                  # documented, not private
+                    and ast.unparse(node) not in ("os._exit", "_os._exit")):   # documented, not private
                 offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert not offenders, offenders
 
