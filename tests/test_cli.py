@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt.planner.curves import depth_table
@@ -18,8 +19,7 @@ MiB = 2**20
 
 
 def _run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "fastckpt", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_cli(*args)
 
 
 def _is_png(path):

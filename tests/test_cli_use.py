@@ -2,11 +2,11 @@
 without ``--data`` they take the data FILE records, and ``--data embedded`` names the shipped digits everywhere."""
 import json
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from naive import forward
 
 import fastckpt
@@ -15,7 +15,7 @@ FASTCKPT = [sys.executable, "-m", "fastckpt"]
 
 
 def _run(*args, cwd):
-    return subprocess.run([*FASTCKPT, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

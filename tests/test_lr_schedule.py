@@ -2,11 +2,10 @@
 forms, in a training run against a hand-written loop, and across a --resume."""
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt import Network
@@ -88,8 +87,7 @@ def test_sgd_takes_each_epochs_rate(rng, spec):
 
 
 def _train(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,20,10", "--json", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+    proc = run_cli("train", "--sizes", "784,20,10", "--json", *args, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -105,15 +103,13 @@ def test_a_resumed_run_keeps_its_schedule_and_may_change_it(tmp_path):
     _train("--resume", "half.npz", "--epochs", "5", "--lr-schedule", "step(1, 0.5)", "--save", "half.npz",
            cwd=tmp_path)
     assert fastckpt.load(tmp_path / "half.npz").training_state["lr_schedule"] == "step(1, 0.5)"
-    bad = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--lr-schedule", "cosine(0)"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    bad = run_cli("train", "--lr-schedule", "cosine(0)", cwd=tmp_path)
     assert bad.returncode == 2 and "--lr-schedule" in bad.stderr and "cosine(epochs) must be >= 1, got 0" in bad.stderr
 
 
 def test_a_resume_past_a_stored_cosine_s_end_says_it_trains_at_eta_min(tmp_path):
     _train("--epochs", "2", "--lr-schedule", "cosine", "--save", "c.npz", cwd=tmp_path)     # stored as cosine(2)
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--resume", "c.npz", "--epochs", "4", "--save",
-                           "c.npz"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = run_cli("train", "--resume", "c.npz", "--epochs", "4", "--save", "c.npz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 3, so epochs 3..4 " \
            "train at 0; --lr-schedule 'cosine(4)' anneals over all 4" in proc.stderr, proc.stderr
@@ -143,9 +139,8 @@ def test_a_resumed_run_checks_its_schedule_from_its_first_epoch(rng):
 
 
 def test_train_refuses_an_overflowing_lr_schedule_before_it_trains(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,10", "--epochs", "3", "--eta",
-                           "1e-300", "--lr-schedule", "step(1, 1e200)", "--save", "n.npz"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_cli("train", "--sizes", "784,10", "--epochs", "3", "--eta", "1e-300", "--lr-schedule",
+                   "step(1, 1e200)", "--save", "n.npz", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "fastckpt train: error: --lr-schedule step(1, 1e+200) from eta 1e-300 gives epoch 2 a " \
                           "learning rate of inf, beyond what a float holds; nothing was trained\n"

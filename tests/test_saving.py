@@ -3,17 +3,14 @@ import copy
 import json
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt import Network, NetworkWithCheckpointing
 from fastckpt.core.fileformat import FORMAT_VERSION
-
-TRAIN = [sys.executable, "-m", "fastckpt", "train"]
 
 
 def _data(rng, n=120, n_in=12, n_out=4):
@@ -278,9 +275,7 @@ def test_a_file_is_checked_before_its_arrays_are_read(tmp_path):
 
 # -- the command: --save every epoch, --resume bit for bit ------------------------------------------
 def _train(*args, cwd):
-    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--json", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
-    return proc
+    return run_cli("train", "--sizes", "784,16,10", "--json", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("dtype,extra", [("float64", ["--strategy", "sqrt"]),
@@ -316,20 +311,19 @@ def test_resume_refuses_what_would_change_the_run(tmp_path):
                           (["--mpi"], "was trained on one process, and this run would go on with --mpi on 1 rank:"),
                           (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
                                                "averaged 1")]:
-        proc = subprocess.run([*TRAIN, "--resume", "p.npz", *args], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        proc = run_cli("train", "--resume", "p.npz", *args, cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
     Network([784, 16, 10]).save(tmp_path / "bare.npz")
-    proc = subprocess.run([*TRAIN, "--resume", "bare.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "bare.npz", cwd=tmp_path)
     assert proc.returncode == 2 and "holds a net but no training state" in proc.stderr
-    proc = subprocess.run([*TRAIN, "--resume", "nope.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "nope.npz", cwd=tmp_path)
     assert proc.returncode == 2 and "--resume 'nope.npz': no such file" in proc.stderr
 
 
 def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
-    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--resume", "p.npz", "--epochs", "3", "--eta", "0.5",
-                           "--save", "p.npz"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = run_cli("train", "--sizes", "784,16,10", "--resume", "p.npz", "--epochs", "3", "--eta", "0.5",
+                   "--save", "p.npz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "fastckpt train: note: --eta 0.5 instead of the --resume file's 3: the run goes on at the new rate " \
            "(fine-tuning), so it is not the unbroken run's bit for bit" in proc.stderr.splitlines()
@@ -341,8 +335,7 @@ def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
     tuned = fastckpt.load(tmp_path / "p.npz")
     _same(tuned, twin)
     assert tuned.training_state["eta"] == 0.5 and tuned.training_state["epochs_done"] == 3
-    again = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "4", "--save", "p.npz"], capture_output=True,
-                           text=True, timeout=300, cwd=tmp_path)
+    again = run_cli("train", "--resume", "p.npz", "--epochs", "4", "--save", "p.npz", cwd=tmp_path)
     assert again.returncode == 0 and "note: --eta" not in again.stderr, again.stderr     # the file's rate now
     twin.SGD((x, y), 1, 10, 0.5, test_data=test, verbose=False, first_epoch=3)
     _same(fastckpt.load(tmp_path / "p.npz"), twin)
@@ -457,8 +450,7 @@ def test_resume_checks_every_field_of_the_training_state(tmp_path, change, messa
         arrays.pop("rng_keys")
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(path, **arrays)
-    proc = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "3"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and "p.npz" in proc.stderr, proc.stderr
 
 
@@ -495,8 +487,7 @@ def test_the_same_max_memory_resume_command_can_run_again_and_again(tmp_path):
     """A job script that resumes with the --max-memory the run started with: every rerun goes on, and the
     file ends as the unbroken run's, bit for bit."""
     def train(*args):
-        proc = subprocess.run([*TRAIN, "--max-memory", "40MiB", "--json", *args], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        proc = run_cli("train", "--max-memory", "40MiB", "--json", *args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     common = ["--sizes", "784,64,64,10", "--batch-size", "200"]
     train(*common, "--epochs", "2", "--save", "g.npz")
@@ -514,7 +505,7 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     """Leaving --max-memory out goes on under the file's bound, and writes it again, so a later resume that
     names the same bound still goes on."""
     def train(*args):
-        proc = subprocess.run([*TRAIN, "--json", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        proc = run_cli("train", "--json", *args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     train("--sizes", "784,64,64,10", "--batch-size", "200", "--max-memory", "40MiB", "--epochs", "1",
           "--save", "g.npz")
