@@ -7,7 +7,10 @@ drives the runs, one per segment.  A kernel takes twelve arguments, in records:
 ``run(table, net, ints, floats, x, y, params, grads, work, state, acc, gate)``
 
 - ``table`` (n_ops, 7) int64, one row per op: ``kind, layer, read, write, d_out, d_in, ran``.
-  ``kind`` is :data:`FWD`, :data:`LOSS`, :data:`BWD` or :data:`WEIGHTS`; ``read``/``write`` are
+  ``kind`` is :data:`FWD`, :data:`LOSS`, :data:`BWD`, :data:`WEIGHTS`, or the two halves of a forward op,
+  :data:`LINEAR` (``out = a W^T`` alone) and :data:`ACTIVATE` (``out = f(out + b)`` in place), between
+  which the caller sums the partial products of a row-split layer over its tensor shards (NOTE [ One
+  engine for every part ] in :mod:`fastckpt.engine.engine`); ``read``/``write`` are
   element offsets of the layer's input and output activations in ``work`` (``read = -1``: the
   input ``x``); ``d_out``/``d_in`` offsets of the deltas in ``work`` (``d_in = -1``: none, the
   first layer); the kernel sets ``ran`` to 1 for each op it runs.
@@ -76,7 +79,7 @@ from .optimizers import ADAM, MOMENTUM, layer_step
 from .sync import leave_gate, take_gate
 
 OK, BAD_LOSS, BAD_INPUT, BAD_UPDATE = 0, 1, 2, 16
-FWD, LOSS, BWD, WEIGHTS = 0, 1, 2, 3                   # op kinds, the first column of a table
+FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE = 0, 1, 2, 3, 4, 5   # op kinds, the first column of a table
 KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN = range(7)  # a table's columns
 SIZE, ACT, W_AT, B_AT, STASH_A, STASH_DZ, COUNT = range(7)    # the net's columns
 LO, HI, CHECK, ACC_MODE, ME, LAYER_GRAD_AT, STASH_AT = range(7)   # ``ints``
@@ -86,8 +89,9 @@ MODES = ("forward", "gradients", "sgd", "momentum", "adam", "stash")
 
 
 class Table:
-    """Columns of an op table, for Python callers (kernels read the module's constants)."""
+    """Columns of an op table and its op kinds, for Python callers (kernels read the module's constants)."""
     KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN = KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN
+    FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE = FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE
 
 
 class Net:
@@ -209,9 +213,12 @@ def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
             w_at, b_at = net[layer, W_AT], net[layer, B_AT]
             w = _matrix(params, w_at, n_out, n_in)
             b = params[b_at:b_at + n_out]
-            if kind == FWD:
+            if kind == FWD or kind == LINEAR or kind == ACTIVATE:
                 out = _matrix(work, op[WRITE], batch, n_out)
-                linear(a, w, out)
+                if kind != ACTIVATE:
+                    linear(a, w, out)
+                if kind == LINEAR:
+                    continue
                 act = net[layer + 1, ACT]
                 if sigmoid and act == SIGMOID:
                     sigmoid_rows(out, b)

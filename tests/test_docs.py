@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from fastckpt.cli.parser import parser, settled
-from fastckpt.cli.train import modes_of
+from fastckpt.cli.train import check_modes
 from fastckpt.planner import parse_strategy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ def test_every_command_of_the_docs_parses(doc, argv, capsys):
         pytest.fail(f"{doc}: fastckpt {' '.join(argv)}: {capsys.readouterr().err}")
     args = settled(args)
     if argv[0] == "train":
-        modes_of(args)                                      # flags that need a mode they lack
+        check_modes(args)                                   # flags that need a mode they lack
 
 
 def _strategies():

@@ -11,8 +11,9 @@ from test_mpi_faults import LIMIT, MPIEXEC, mpiexec
 pytestmark = pytest.mark.skipif(MPIEXEC is None or not __import__("importlib").util.find_spec("mpi4py"),
                                 reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
 FASTCKPT = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
-MODES = {"mpi": (["--mpi"], "data parallel (--mpi)"), "pipeline": (["--pipeline", "2"], "pipeline (--pipeline)"),
-         "tensor": (["--tensor-parallel"], "tensor parallel (--tensor-parallel)")}
+MODES = {"mpi": (["--mpi"], "Grid(data=2, pipeline=1, tensor=1)"),
+         "pipeline": (["--pipeline", "2"], "Grid(data=1, pipeline=2, tensor=1)"),
+         "tensor": (["--tensor-parallel"], "Grid(data=1, pipeline=1, tensor=2)")}
 
 
 @pytest.mark.parametrize("first, second", [("mpi", "pipeline"), ("pipeline", "mpi"), ("mpi", "tensor"),
@@ -23,7 +24,7 @@ def test_ranks_in_different_modes_are_refused_in_one_line(first, second):
     code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, *flags0, ":", "-n", "1", *FASTCKPT, *flags1)
     assert code == 2 and seconds < LIMIT, (code, err)
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("fastckpt train: error: ") and f"mode {mode0} on rank 0, {mode1} on rank 1" in err, err
+    assert err.startswith("fastckpt train: error: ") and f"grid {mode0} on rank 0, {mode1} on rank 1" in err, err
 
 
 SCRIPT = """
@@ -69,7 +70,7 @@ def test_a_nan_only_one_rank_reads_is_refused_on_every_rank(tmp_path, case):
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
     assert message in said[bad_rank][0], said                                    # the rank that found it
     other = said[1 - bad_rank][0]
-    assert other.startswith(f"the minibatch refused on rank {bad_rank}: ValueError: ") and message in other, said
+    assert other.startswith(f"the mini-batch refused on rank {bad_rank}: ValueError: ") and message in other, said
     assert said[0][1] == said[1][1] == "trained"                                 # and both went on together
 
 
@@ -130,11 +131,11 @@ np.random.seed(0)
 trainer = MPITrainer(fastckpt.Network([20, 8, 4]))
 x, y = np.random.default_rng(0).random((10, 20)), np.eye(4)[np.arange(10) % 4]
 try:
-    trainer.update(x, y, 0.1 if rank == 0 else 5.0)
+    trainer.update_mini_batch(x, y, 0.1 if rank == 0 else 5.0)
     said = "trained"
 except ValueError as exc:
     said = str(exc)
-trainer.update(x, y, 0.1)                          # and both go on together
+trainer.update_mini_batch(x, y, 0.1)                          # and both go on together
 with open(f"{sys.argv[1]}.{rank}", "w") as f:
     f.write(said + "\\n" + str(float(np.sum(trainer.net.weights[0]))))
 """
@@ -144,7 +145,7 @@ def test_mpi_trainer_ranks_given_different_etas_refuse_the_update_together(tmp_p
     code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", MISMATCHED_ETA, str(tmp_path / "said"))
     assert code == 0 and seconds < LIMIT, err
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
-    assert said[0][0] == said[1][0] and "eta 0.1, 2 minibatches in all on rank 0, eta 5.0" in said[0][0], said
+    assert said[0][0] == said[1][0] and "eta 0.1, 2 mini-batches in all on rank 0, eta 5.0" in said[0][0], said
     assert said[0][1] == said[1][1]                                              # the same weights after
 
 
@@ -164,7 +165,7 @@ if rank == 1 and {raises}:
     raise ValueError("the minibatch only rank 1 reads is bad")
 trainer.{update}(x, y, 0.1)                    # rank 0 waits here for a rank that will never come
 """
-USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))", "update"),
+USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))", "update_mini_batch"),
                  "pipeline": ("PipelineTrainer", "PipelineTrainer([20, 8, 6, 4], 2)", "update_mini_batch"),
                  "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([20, 8, 6, 4])", "update_mini_batch")}
 

@@ -204,8 +204,8 @@ def _train(p):
     p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
     p.add_argument("--resume", default=None, metavar="FILE",
                    help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
-                        "stopped, in the file's mode (one process, --threads, --mpi, --pipeline or "
-                        "--tensor-parallel, on the same ranks; default: start afresh)")
+                        "stopped, in the file's mode (one process, --threads, or the same grid of MPI ranks; "
+                        "default: start afresh)")
     _json(p)
     _blas_threads(p)
 
@@ -213,20 +213,26 @@ def _train(p):
 def _train_parallel(p):
     p.add_argument("--threads", type=o.positive, default=1, help="worker threads (fastckpt.parallel.DataParallel)")
     p.add_argument("--parallel-batches", type=o.positive, default=None,
-                   help="mini-batches per update (default: one per thread or rank, or the --resume file's)")
-    p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
-    p.add_argument("--bucket-bytes", type=o.nbytes, default=None, metavar="BYTES",
-                   help="with --mpi: sum the gradient over the ranks in buckets of about BYTES (e.g. 25MiB), each "
-                        "started while the backward pass goes on (default: one ordered sum after it)")
-    p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
-                   help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
-                        "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
+                   help="mini-batches per update (default: one per thread or data-parallel replica, or the --resume "
+                        "file's)")
     p.add_argument("--data-parallel", type=o.positive, default=None, metavar="D",
-                   help="with --pipeline P: D replicas of the pipeline on D x P ranks, each taking 1/D of every "
-                        "mini-batch, their gradients summed per stage; with --tensor-parallel: D replicas of the "
-                        "net split over 1/D of the ranks each, their gradients summed per shard (default: 1)")
+                   help="D replicas of the net over MPI ranks (run under mpiexec), each with a mini-batch of its own "
+                        "per update, their gradients summed: an update averages D mini-batches of --batch-size, as "
+                        "PyTorch's DistributedDataParallel does (default: all the ranks --pipeline and "
+                        "--tensor-parallel leave)")
+    p.add_argument("--mpi", action="store_true", help="--data-parallel over every rank of the job")
+    p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
+                   help="pipeline parallelism: the layers cut into P stages, a contiguous range each "
+                        "(--strategy checkpoints inside every stage; default: 1)")
+    p.add_argument("--tensor-parallel", type=o.positive, nargs="?", const=True, default=False, metavar="T",
+                   help="tensor (model) parallelism: every layer's units split across T ranks (default T: the ranks "
+                        "--data-parallel and --pipeline leave; default: 1)")
+    p.add_argument("--bucket-bytes", type=o.nbytes, default=None, metavar="BYTES",
+                   help="with --data-parallel alone: sum the gradient over the replicas in buckets of about BYTES "
+                        "(e.g. 25MiB), each started while the backward pass goes on (default: one sum after it)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
-                   help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
+                   help="micro-batches per mini-batch on MPI ranks, each stage's passes run micro-batch by "
+                        f"micro-batch (default: {PIPELINE_DEFAULTS['micro_batches']} with --pipeline, else 1)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb1"], default=None,
                    help="with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most P "
                         "micro-batches in flight per stage) or zb1 (1f1b with each weight gradient put off into "
@@ -236,10 +242,6 @@ def _train_parallel(p):
     p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default=None,
                    help="with --pipeline: how activations and deltas travel between stages "
                         f"(default: {PIPELINE_DEFAULTS['transport']})")
-    p.add_argument("--tensor-parallel", type=o.positive, nargs="?", const=True, default=False, metavar="T",
-                   help="tensor (model) parallelism: every layer's units split across T MPI ranks (default T: "
-                        "all the ranks, or with --data-parallel D and --pipeline P the D x P x T ranks' T); with "
-                        "--pipeline P every stage's layers split over T ranks, on D x P x T ranks (default: off)")
 
 
 def _profile(p):

@@ -24,7 +24,7 @@ from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
 from .data import EMBEDDED, data_path, fingerprint
-from .options import pipeline_options, tensor_shards
+from .options import grid_axes, on_ranks, pipeline_options
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -40,35 +40,54 @@ STATE = {"epochs_done": (int, 1, INT64), "updates_done": (int, 1, INT64), "batch
 
 def run_mode(args, saved_pipeline=None):
     """How ``args`` trains, as a --resume file records it: ``"on one process"`` (threads too: their sums
-    follow the minibatch order), or the MPI mode with what shapes its sums (the pipeline's options not
+    follow the mini-batch order), or the MPI grid with what shapes its sums (the pipeline's options not
     given taken from ``saved_pipeline``, a --resume file's)."""
-    if args.pipeline:
-        pipe = pipeline_options(args, saved_pipeline)
-        shards = tensor_shards(args, launched_ranks())
-        return (f"with --pipeline {args.pipeline}"
-                + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
-                + (f" --tensor-parallel {shards}" if shards > 1 else "")
-                + f" --micro-batches {pipe['micro_batches']} --schedule "
-                f"{pipe['schedule']} --transport {pipe['transport']}"
-                + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))
-    if args.tensor_parallel or args.mpi:
-        ranks = launched_ranks()
-        grid = f" --data-parallel {args.data_parallel}" if args.tensor_parallel and (args.data_parallel or 1) > 1 \
-            else ""
-        return (f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'}{grid} on {ranks} "
-                f"rank{'s' * (ranks > 1)}")
-    return "on one process"
+    if not on_ranks(args):
+        return "on one process"
+    data, pipeline, tensor = grid_axes(args, launched_ranks())
+    pipe = pipeline_options(args, saved_pipeline)
+    mode = f"with --data-parallel {data} --pipeline {pipeline} --tensor-parallel {tensor} --micro-batches " \
+        f"{pipe['micro_batches']}"
+    if pipeline > 1:
+        mode += f" --schedule {pipe['schedule']} --transport {pipe['transport']}" + \
+            (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else "")
+    return mode
+
+
+def file_mode(mode, path):
+    """A --resume file's recorded ``mode`` as :func:`run_mode` writes it today: 0.3's ``--mpi`` on N ranks is
+    ``--data-parallel N``, its pipelines and tensor splits of one replica are the same grids; its replicas
+    of a pipeline or a tensor split, which split each mini-batch, have no run that goes on as they did."""
+    words = mode.split()
+    if words[:1] != ["with"] or words[1:2] == ["--data-parallel"]:
+        return mode
+    given = {w: words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+             for i, w in enumerate(words) if w.startswith("--")}
+    ranks = int(words[words.index("on") + 1]) if "on" in words else 1
+    if "--data-parallel" in given and "--mpi" not in given and int(given["--data-parallel"]) > 1:
+        raise ValueError(f"--resume {path!r} was trained by fastckpt 0.3 {mode}, whose replicas split each "
+                         "mini-batch; today each replica takes a mini-batch of its own (docs/data-parallel.md), so "
+                         "that run cannot go on as it was trained: fastckpt.load reads its net")
+    if "--mpi" in given:
+        return f"with --data-parallel {ranks} --pipeline 1 --tensor-parallel 1 --micro-batches 1"
+    if "--pipeline" not in given:
+        return f"with --data-parallel 1 --pipeline 1 --tensor-parallel {ranks} --micro-batches 1"
+    tensor = given.get("--tensor-parallel") or 1
+    return (f"with --data-parallel 1 --pipeline {given['--pipeline']} --tensor-parallel {tensor} --micro-batches "
+            f"{given['--micro-batches']} --schedule {given['--schedule']} --transport {given['--transport']}"
+            + (f" --partition {given['--partition']}" if given.get("--partition") else ""))
 
 
 def file_pipeline(mode):
     """The pipeline options a file's recorded ``mode`` (:func:`run_mode`) was trained with, as
-    :func:`~fastckpt.cli.options.pipeline_options` gives them; empty for another mode."""
+    :func:`~fastckpt.cli.options.pipeline_options` gives them; empty for one process."""
     words = mode.split()
-    if "--pipeline" not in words:
+    if words[:1] != ["with"]:
         return {}
-    given = dict(zip(words[1::2], words[2::2]))          # "with --pipeline P --micro-batches M ..."
-    found = {"micro_batches": int(given["--micro-batches"]), "schedule": given["--schedule"],
-             "transport": given["--transport"]}
+    given = dict(zip(words[1::2], words[2::2]))          # "with --data-parallel D --pipeline P ..."
+    found = {"micro_batches": int(given["--micro-batches"])}
+    if "--schedule" in given:
+        found.update(schedule=given["--schedule"], transport=given["--transport"])
     if "--partition" in given:
         found["partition"] = [int(n) for n in given["--partition"].split(",")]
     return found
@@ -108,7 +127,7 @@ class Saver:
         self.exclusive = False
 
 
-def resumed(args, modes):
+def resumed(args):
     """The net and training state of ``--resume``, checked against ``args``, and the settings it fixes:
     ``(net, state, saved)``.  ``numpy.random`` is left where the file's run left it."""
     net = load(args.resume)
@@ -119,8 +138,11 @@ def resumed(args, modes):
     _check_state(state, args.resume)
     trained = state.get("mode", "on one process")
     try:
+        trained = file_mode(trained, args.resume)
         pipeline = file_pipeline(trained)
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, IndexError) as exc:
+        if "fastckpt 0.3" in str(exc):
+            raise
         raise ValueError(f"--resume {args.resume!r}: its training state's mode {trained!r} is damaged") from None
     now = run_mode(args, pipeline)                    # --micro-batches, --schedule ... default to the file's
     if trained != now:

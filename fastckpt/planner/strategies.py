@@ -29,10 +29,12 @@ class Strategy:
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0,
+                  extra_bytes=0):
         """The tree for a whole training step: :meth:`tree`, unless the strategy bounds the
-        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads and
-        the optimizer's state (``optimizer_slots`` buffers the size of the parameters)."""
+        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads,
+        the optimizer's state (``optimizer_slots`` buffers the size of the parameters) and
+        ``extra_bytes`` the step holds besides (a tensor shard's sums)."""
         return self.tree(sizes, batch_size, itemsize)
 
     def check(self, sizes):
@@ -181,8 +183,9 @@ class Fit(Strategy):
     def tree(self, sizes, batch_size, itemsize):
         return self.step_tree(sizes, batch_size, itemsize)
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
-        fixed = ((1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0,
+                  extra_bytes=0):
+        fixed = (extra_bytes + (1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
                  + (gradient_bytes(sizes, itemsize, True, optimizer_slots) if optimizer_in_backward else 0)
                  + delta_elems(sizes, batch_size) * itemsize + scratch_bytes(sizes)
                  + blas_bytes(sizes, batch_size, blas_threads))
