@@ -50,10 +50,3 @@ def state_codes(activation, loss):
     """
     output = LOG_SOFTMAX if loss == "cross_entropy" else SIGMOID
     return np.array([SIGMOID] + [ACTIVATIONS[name] for name in activation] + [output], dtype=np.int64)
-
-
-def describe_activation(activation):
-    """One name when every hidden layer has it (``"relu"``), else the list, for files and messages."""
-    if len(set(activation)) > 1:
-        return list(activation)
-    return activation[0] if activation else "sigmoid"

@@ -41,11 +41,6 @@ def param_blocks(sizes, itemsize):
     return np.array(blocks, dtype=np.int64)
 
 
-def layout_array(sizes, itemsize):
-    """(L, 2) int64 offsets of each layer's weights and bias, as the step kernel takes them."""
-    return np.array(param_layout(sizes, itemsize)[0], dtype=np.int64).reshape(-1, 2)
-
-
 def grad_bytes(sizes, itemsize):
     """Bytes of each layer's block (weights then bias) in the flat parameter layout."""
     offsets, total = param_layout(sizes, itemsize)

@@ -1,11 +1,9 @@
 """The one MPI layer of every parallel mode: the ranks, agreeing across them, and errors that end the job.
 
-Data, pipeline and tensor parallelism each take a communicator (the world by
-default), hold it as a :class:`Group` and use nothing of MPI but it: :meth:`Group.agree` compares settings
-(or refuses one rank's error on every rank), :meth:`Group.errors` is the one
-"raise it everywhere or end the job" context, :meth:`Group.gather_net` gathers
-the lab's weights from the ranks' pieces, and :func:`lab_loop` runs the lab's
-loop for a trainer whose every rank takes the same data.
+The trainer holds its communicator as a :class:`Group` and uses nothing of MPI but it and the grid's axes:
+:meth:`Group.agree` compares settings (or refuses one rank's error on every rank), :meth:`Group.errors` is
+the one "raise it everywhere or end the job" context, and :meth:`Group.gather_net` gathers the lab's
+weights from the ranks' pieces.
 
 NOTE [ No rank waits forever ]
 Once one rank stops taking part in the collectives the others wait in them
@@ -38,7 +36,7 @@ import os
 import numpy as np
 
 from fastckpt.data.images import Images
-from fastckpt.engine.loop import batch_starts, check_training, pair, run_epochs
+from fastckpt.engine.loop import pair
 from fastckpt.kernels import blas_threads, set_blas_threads
 
 from .ending import abort_job, everywhere, hook_uncaught
@@ -221,47 +219,3 @@ def check_same_settings(settings):
 
 def _ranks(ranks):
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
-def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock, *, groups=None,
-             settings=None, model=None, on_epoch=None, progress=None, lr_schedule=None, first_epoch=0):
-    """The lab's loop for a trainer over MPI: the data and settings compared across ranks first, then
-    ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
-
-    By default every rank takes every minibatch (model parallelism), one per update, through
-    ``trainer.update_mini_batch``.  Data parallelism passes ``groups(n_train, mini_batch_size)``:
-    per update, the minibatches of all ranks and the starts this rank takes, which
-    ``trainer.update_many`` gets.  ``settings``
-    adds the trainer's own to what is compared.  ``model`` (default: the trainer) is what is
-    evaluated and keeps the accuracies.  ``on_epoch(epoch, updates)`` is called on every rank after
-    each epoch (it may hold collectives), ``progress`` and ``first_epoch`` as in ``Network.SGD``.  Returns
-    (memusage, updatetime); rank 0 prints.
-    """
-    group = trainer.group
-    with group.errors() as errors:
-        mine = {"training data": describe_data(training_data, "training_data"),
-                "test data": None if test_data is None else describe_data(test_data, "test_data"),
-                "epochs": epochs, "batch size": mini_batch_size, "eta": eta, "lr_schedule": str(lr_schedule),
-                "first epoch": first_epoch, **(settings or {})}
-        errors.shared = (ValueError, TypeError)       # the same values everywhere: checks fail on all alike
-        group.agree(mine)
-        model = trainer if model is None else model
-        x_train, y_train, epochs, mini_batch_size, eta = check_training(model, training_data, epochs,
-                                                                        mini_batch_size, eta)
-        if groups is None:
-            starts = [[s] for s in batch_starts(len(x_train), mini_batch_size)]
-
-            def update(group, rate):
-                s = group[0]
-                trainer.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], rate)
-        else:
-            starts = groups(len(x_train), mini_batch_size)
-
-            def update(group, rate):
-                count, mine = group
-                trainer.update_many([x_train[s:s + mini_batch_size] for s in mine],
-                                    [y_train[s:s + mini_batch_size] for s in mine], rate, count)
-        errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
-        return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock,
-                          on_epoch=on_epoch, progress=progress, eta=eta, lr_schedule=lr_schedule,
-                          first_epoch=first_epoch)

@@ -38,6 +38,7 @@ from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.engine.batches import Staging
 from fastckpt.engine.inference import EVAL_CHUNK, ChunkedForward, count_correct
+from fastckpt.engine.loop import check_training, run_epochs
 from fastckpt.kernels import all_finite
 from fastckpt.nets import Network
 from fastckpt.planner import parse_strategy
@@ -45,7 +46,7 @@ from fastckpt.planner.strategies import Fit
 
 from .buckets import Buckets
 from .grid import Grid
-from .mpi import Group, lab_loop, mpi_world, random_state
+from .mpi import Group, describe_data, mpi_world, random_state
 from .pipeline.partition import check_stages, choose_partition, stage_bytes, stage_plan
 from .pipeline.runner import StageRunner
 from .pipeline.schedules import check_schedule, pending_weights, schedule, storage_slots
@@ -479,25 +480,41 @@ class Trainer:
         Returns (memusage, updatetime) of this rank; rank 0 prints.  First checks that every rank has the
         same settings, data and initial weights (a ValueError on every rank if not).
         """
+        model = self.net or self
+        with self.group.errors() as errors:
+            errors.shared = (ValueError, TypeError)       # the same values everywhere: checks fail on all alike
+            self.group.agree({"training data": describe_data(training_data, "training_data"),
+                              "test data": None if test_data is None else describe_data(test_data, "test_data"),
+                              "epochs": epochs, "batch size": mini_batch_size, "eta": eta,
+                              "lr_schedule": str(lr_schedule), "first epoch": first_epoch,
+                              "parallel_batches": parallel_batches or self.grid.data})
+            x, y, epochs, mini_batch_size, eta = check_training(model, training_data, epochs, mini_batch_size, eta)
+            starts = self._groups(len(x), mini_batch_size, parallel_batches or self.grid.data)
+
+            def update(group, rate):
+                count, mine = group
+                self.update_many([x[s:s + mini_batch_size] for s in mine], [y[s:s + mini_batch_size] for s in mine],
+                                 rate, count)
+            errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
+            return run_epochs(model, epochs, starts, update, test_data, verbose and self.group.rank == 0,
+                              lock=self.params.lock, on_epoch=on_epoch, progress=progress, eta=eta,
+                              lr_schedule=lr_schedule, first_epoch=first_epoch)
+
+    def _groups(self, n, mini_batch_size, per_update):
+        """Per update, the mini-batches of every replica together and the starts this replica takes: replica
+        ``d`` the ``d``-th, ``d + D``-th, ... of each group (an epoch's last group may give some none)."""
         replicas, replica = self.grid.data, self.places.replica
-
-        def groups(n, mini_batch_size):
-            per_update = check_positive_int(parallel_batches or replicas, "parallel_batches")
-            if per_update % replicas:
-                raise ValueError(f"parallel_batches must be a multiple of the {replicas} replicas, got {per_update}")
-            if self.fused and per_update > 1:
-                raise ValueError(f"parallel_batches={per_update}: the optimizer in backward steps on one "
-                                 "mini-batch's gradient")
-            batches = n // mini_batch_size
-            self._stage_bytes(self.places.stage, self.lo, self.hi, mini_batch_size)   # a bound that cannot hold
-            return [(min(per_update, batches - first),
-                     [k * mini_batch_size for k in range(first + replica, min(first + per_update, batches), replicas)])
-                    for first in range(0, batches, per_update)]          # every replica takes part, some with none
-
-        settings = {"parallel_batches": parallel_batches or replicas}
-        return lab_loop(self, training_data, epochs, mini_batch_size, eta, test_data, verbose, self.params.lock,
-                        groups=groups, settings=settings, model=self.net or self, on_epoch=on_epoch,
-                        progress=progress, lr_schedule=lr_schedule, first_epoch=first_epoch)
+        per_update = check_positive_int(per_update, "parallel_batches")
+        if per_update % replicas:
+            raise ValueError(f"parallel_batches must be a multiple of the {replicas} replicas, got {per_update}")
+        if self.fused and per_update > 1:
+            raise ValueError(f"parallel_batches={per_update}: the optimizer in backward steps on one mini-batch's "
+                             "gradient")
+        batches = n // mini_batch_size
+        self._stage_bytes(self.places.stage, self.lo, self.hi, mini_batch_size)    # a bound that cannot hold
+        return [(min(per_update, batches - first),
+                 [k * mini_batch_size for k in range(first + replica, min(first + per_update, batches), replicas)])
+                for first in range(0, batches, per_update)]
 
     def gather(self, buf=None):
         """The whole net's ``(weights, biases)`` in the lab's shapes, on every rank (a collective): weights[i]
