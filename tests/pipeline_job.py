@@ -39,7 +39,7 @@ def main():
     for case in cases:
         x = data if not case.get("x_dtype") else data.astype(case["x_dtype"])   # another dtype: converted
         if case.get("memray"):                                 # warm-up, under memray too: kernels, BLAS, MPI's
-            memray_peak(lambda c=case, x=x: run(dict(c, updates=1), x, y, gather=False))     # buffers, memray's
+            memray_peak(lambda c=case, x=x: run(c, x, y, gather=False))       # buffers, memray's
             held = []
             peak = memray_peak(lambda c=case, h=held, x=x: h.append(run(c, x, y, gather=False)))
             trainer = held[0][0]

@@ -77,6 +77,9 @@ def check_comm(comm, MPI):
     return comm
 
 
+_LOCAL_RANKS = {}                      # the world's ranks on this machine, once known
+
+
 class Group:
     """The ranks of one communicator (``MPI.COMM_WORLD`` by default) and the collectives every mode shares.
 
@@ -132,10 +135,16 @@ class Group:
     def share_cores(self):
         """Limit BLAS to this rank's share of its machine's cores (more threads would only spin against
         the other ranks there); returns the threads.  The communicator of the machine's ranks is freed
-        at once: mpich keeps 2 MiB of shared memory for it on one of them."""
-        machine = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
-        local = machine.Get_size()
-        machine.Free()
+        at once, and its count kept for the world's ranks: mpich keeps 2 MiB of shared memory for it on
+        one of them, until its next such split."""
+        world = self.comm.Compare(self.MPI.COMM_WORLD) in (self.MPI.IDENT, self.MPI.CONGRUENT)
+        local = _LOCAL_RANKS.get("world") if world else None
+        if local is None:
+            machine = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+            local = machine.Get_size()
+            machine.Free()
+            if world:
+                _LOCAL_RANKS["world"] = local
         threads = max(1, (os.cpu_count() or 1) // local)
         if blas_threads() > threads:
             set_blas_threads(threads)

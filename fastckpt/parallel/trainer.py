@@ -276,6 +276,8 @@ class Trainer:
         its own; every rank of a replica the same); returns the mean loss, the same on every rank."""
         return self.update_many([x], [y], eta)
 
+    update = update_mini_batch                         # MPITrainer's name in 0.3
+
     def update_many(self, xs, ys, eta, count=None):
         """One step of the optimizer on the mean gradient of every replica's mini-batches, ``len(xs)`` of this
         replica's (NOTE [ One meaning of data parallelism ]); returns the mean loss, on every rank.
