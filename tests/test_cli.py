@@ -217,6 +217,25 @@ def test_profile_file_trains_the_saved_net_at_its_batch_and_refuses_a_flag_that_
                                                       "4000 training samples of the embedded digits\n")
 
 
+@pytest.mark.parametrize("flags", [[], ["--sizes", "784,64,64,10", "--optimizer", "adam", "--epochs", "3"]],
+                         ids=["defaults", "adam"])
+def test_profile_max_memory_profiles_the_step_plan_data_chooses_for_the_bound(tmp_path, flags):
+    """profile --max-memory used to end in AttributeError (its run's settings had no validation nor shuffle): it
+    profiles the step train plans without --save, which plan --data predicts for the same bound."""
+    planned = _run("plan", "--data", "embedded", "--max-memory", "20MiB", *flags, "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["strategy"].startswith("fit(") and plan["whole_run"]["total"] <= 20 * MiB
+    proc = _run("profile", "--max-memory", "20MiB", *flags, "--steps", "1", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"({plan['strategy']}) and 1 training steps at batch 10" in proc.stdout, proc.stdout
+    _, _, step, _ = _profiled(proc.stdout)
+    assert abs(step - plan["bytes"]["total"]) <= 2**20 / 2000          # the printed MiB's last digit, rounded
+    small = _run("profile", "--max-memory", "1MiB", *flags, "--out", str(tmp_path))
+    assert small.returncode == 2 and small.stderr.startswith("fastckpt profile: error: --max-memory 1MiB: the whole "
+                                                             "run needs more than ") and small.stderr.count("\n") == 1
+
+
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):
     """A source tree (or anything named fastckpt) in the working directory must not shadow the package."""
     script = os.path.join(os.path.dirname(sys.executable), "fastckpt")

@@ -82,7 +82,8 @@ def run_settings(args, saved):
         values = {key: getattr(args, key) if getattr(args, key) is not None else TRAIN_DEFAULTS[key]
                   for key in (*SHAPING, "batch_size", "eta")}
         values["strategy"] = parse_strategy(values["strategy"])
-        return SimpleNamespace(**values), args.data
+        # as train runs it without --validation or --shuffle, which profile does not take
+        return SimpleNamespace(**values, validation=None, shuffle=None), args.data
     given = [f"--{key.replace('_', '-')}" for key in SHAPING if getattr(args, key) is not None]
     if args.max_memory is not None:
         given = [flag for flag in given if flag != "--strategy"] + ["--max-memory"]
