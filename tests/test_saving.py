@@ -546,6 +546,39 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
 
 
+@pytest.mark.bounds
+def test_a_resume_to_more_epochs_keeps_the_whole_run_within_the_files_bound(tmp_path):
+    """More epochs make longer result lists: a file whose step kept its run within --max-memory to the byte would
+    put the longer run over.  The resumed run plans its step anew (the same gradients: the unbroken plain run's
+    weights, bit for bit), and one that no step fits is refused before it trains.  The file's step used to go on
+    unchecked, over the bound."""
+    def json_of(*args):
+        proc = run_cli(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "500"]
+    plain = json_of("plan", "--data", "embedded", *common, "--epochs", "1")["whole_run"]["total"]
+    bound = json_of("plan", "--data", "embedded", *common, "--epochs", "1", "--max-memory",
+                    str(plain - 1))["whole_run"]["total"]               # a step that recomputes, not a byte to spare
+    first = json_of("train", *common, "--epochs", "1", "--max-memory", str(bound), "--save", "g.npz")
+    assert first["bound"]["whole_run_bytes"] == bound
+    over = json_of("plan", "--data", "embedded", *common, "--epochs", "3", "--strategy", first["strategy"])
+    assert over["whole_run"]["total"] > bound                          # the file's step, over three epochs
+    resumed = json_of("train", "--epochs", "3", "--resume", "g.npz", "--save", "g.npz")
+    assert resumed["bound"]["whole_run_bytes"] <= bound < over["whole_run"]["total"]
+    assert resumed["bound"]["step_bytes"] < first["bound"]["step_bytes"] and resumed["strategy"] != first["strategy"]
+    json_of("train", *common, "--epochs", "3", "--strategy", "plain", "--save", "whole.npz")
+    a, b = fastckpt.load(tmp_path / "g.npz"), fastckpt.load(tmp_path / "whole.npz")
+    assert a.training_state["max_memory"] == bound and str(a.strategy) == resumed["strategy"]
+    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+        np.testing.assert_array_equal(x, y)
+    refused = run_cli("train", "--epochs", "100000", "--resume", "g.npz", "--save", "g.npz", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "fastckpt train: error: --resume 'g.npz' was trained under --max-memory, which bounds the resumed run too: "
+        f"for --epochs 100000 in all, --max-memory {bound}: the whole run needs "), refused.stderr
+    assert refused.stderr.count("\n") == 1 and fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
+
+
 def _adam_file(tmp_path, rng):
     net = Network([6, 5, 3], optimizer="adam")
     x, y = rng.random((20, 6)), np.eye(3)[rng.integers(0, 3, 20)]

@@ -21,6 +21,7 @@ import numpy as np
 from fastckpt.core.files import npz_name
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.nets import load
+from fastckpt.nets.io import blank
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
@@ -188,6 +189,19 @@ def resumed(args):
     return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
                             validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
                             pipeline=pipeline)
+
+
+def with_strategy(net, strategy):
+    """The resumed ``net`` with its step planned by ``strategy``: a blank net of the same settings given its
+    parameters and optimizer state bit for bit.  Every strategy computes the same gradients bit for bit
+    (tests/test_strategies.py), so the run goes on as the file's would."""
+    other = blank(net.sizes, net.dtype, loss=net.loss, l2=list(net.l2), strategy=strategy,
+                  optimizer_in_backward=net.optimizer_in_backward, activation=list(net.activation),
+                  optimizer=net.optimizer)
+    other.weights, other.biases = net.weights, net.biases
+    other.optimizer_state.restore(net.sizes, net.optimizer_state.steps, net.optimizer_state.arrays(net.sizes))
+    other.training_state = net.training_state
+    return other
 
 
 def _check_same(args, key, saved, state):
