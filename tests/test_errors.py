@@ -180,3 +180,35 @@ def test_finite_inputs_that_overflow_inside_the_net_get_no_class():
     sigmoid = Network([6, 5, 3])                                 # sigmoid(inf) is 1: an output, and a class
     sigmoid.weights = net.weights
     assert sigmoid.predict(x).shape == (3,)
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"eta": "0.1"}, TypeError, "eta must be a real number, got '0.1'"),
+    ({"eta": b"0.1"}, TypeError, "eta must be a real number, got b'0.1'"),
+    ({"drop_last": "no"}, TypeError, "drop_last must be True or False, got 'no'"),
+    ({"drop_last": 0}, TypeError, "drop_last must be True or False, got 0"),
+    ({"drop_last": None}, TypeError, "drop_last must be True or False, got None"),
+])
+def test_a_string_is_no_rate_and_drop_last_is_a_bool(kwargs, exc, message):
+    """``float("0.1")`` reads a string, so eta="0.1" used to train at 0.1; "no" is truthy, so drop_last="no" used
+    to drop the samples as True does.  Both are refused before anything trains."""
+    net = Network([4, 2])
+    before = [w.copy() for w in net.weights + net.biases]
+    x, y = np.zeros((11, 4)), np.zeros((11, 2))
+    args = {"eta": 0.1, **kwargs}
+    eta = args.pop("eta")
+    with pytest.raises(exc) as info:
+        net.SGD((x, y), 1, 2, eta, verbose=False, **args)
+    assert str(info.value) == message
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+    with pytest.raises(TypeError, match="eta must be a real number, got '0.1'"):
+        net.update_mini_batch(x[:2], y[:2], "0.1")
+
+
+def test_numpy_numbers_and_bools_are_taken():
+    """What the checks above must not refuse: NumPy's scalars are numbers and np.bool_ is a bool."""
+    x, y = np.ones((11, 4)), np.zeros((11, 2))
+    _, kept = Network([4, 2]).SGD((x, y), 1, 2, np.float32(0.5), verbose=False, drop_last=np.bool_(False))
+    with pytest.warns(UserWarning, match="the last 1 of 11 training samples"):
+        _, dropped = Network([4, 2]).SGD((x, y), 1, 2, np.float64(0.5), verbose=False, drop_last=np.bool_(True))
+    assert (len(kept), len(dropped)) == (6, 5)          # 11 samples in minibatches of 2: the last one kept or not

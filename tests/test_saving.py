@@ -455,6 +455,36 @@ def test_resume_checks_every_field_of_the_training_state(tmp_path, change, messa
     assert proc.returncode == 2 and message in proc.stderr and "p.npz" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("change,message", [
+    ({"mode": 3}, "needs mode as a string or null, got 3"),
+    ({"max_memory": "lots"}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got "
+                             "'lots'"),
+    ({"max_memory": -5}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got -5"),
+    ({"max_memory": True}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got True"),
+    ({"shuffle": "x"}, "needs shuffle as an integer seed from 0 to 2**32 - 1 or null, got 'x'"),
+    ({"validation": 5}, "needs validation as a fraction between 0 and 1 or null, got 5"),
+    ({"lr_schedule": 3}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got 3"),
+    ({"lr_schedule": "bogus"}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got "
+                               "'bogus'"),
+])
+def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, change, message):
+    """A mode of 3 used to end in AttributeError ("a bug"), a max_memory of "lots" or -5 to be taken and written
+    on; the others were refused without naming the file.  Each is one line naming the file, field and value."""
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    _rewrite(tmp_path / "p.npz", meta={"training": {**fastckpt.load(tmp_path / "p.npz").training_state, **change,
+                                                    "rng": _saved_rng(tmp_path / "p.npz")}})
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", "--save", "p.npz", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == (f"fastckpt train: error: --resume 'p.npz': its training state "
+                                                    f"{message}\n"), proc.stderr
+    assert fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
+
+
+def _saved_rng(path):
+    """The ``rng`` entry of a file's training state as the file holds it (its 624 key words are an array)."""
+    with np.load(path) as f:
+        return json.loads(str(f["meta"]))["training"]["rng"]
+
+
 def test_resume_knows_its_data_by_contents_not_by_path(tmp_path):
     (x, y), (xt, yt) = fastckpt.load_mnist()
     np.savez(tmp_path / "a.npz", x_train=x[:400], y_train=y[:400].argmax(1), x_test=xt[:100], y_test=yt[:100].argmax(1))
@@ -514,6 +544,39 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     assert fastckpt.load(tmp_path / "g.npz").training_state["max_memory"] == 40 * 2**20
     train("--epochs", "3", "--resume", "g.npz", "--save", "g.npz", "--max-memory", "40MiB")
     assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
+
+
+@pytest.mark.bounds
+def test_a_resume_to_more_epochs_keeps_the_whole_run_within_the_files_bound(tmp_path):
+    """More epochs make longer result lists: a file whose step kept its run within --max-memory to the byte would
+    put the longer run over.  The resumed run plans its step anew (the same gradients: the unbroken plain run's
+    weights, bit for bit), and one that no step fits is refused before it trains.  The file's step used to go on
+    unchecked, over the bound."""
+    def json_of(*args):
+        proc = run_cli(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "500"]
+    plain = json_of("plan", "--data", "embedded", *common, "--epochs", "1")["whole_run"]["total"]
+    bound = json_of("plan", "--data", "embedded", *common, "--epochs", "1", "--max-memory",
+                    str(plain - 1))["whole_run"]["total"]               # a step that recomputes, not a byte to spare
+    first = json_of("train", *common, "--epochs", "1", "--max-memory", str(bound), "--save", "g.npz")
+    assert first["bound"]["whole_run_bytes"] == bound
+    over = json_of("plan", "--data", "embedded", *common, "--epochs", "3", "--strategy", first["strategy"])
+    assert over["whole_run"]["total"] > bound                          # the file's step, over three epochs
+    resumed = json_of("train", "--epochs", "3", "--resume", "g.npz", "--save", "g.npz")
+    assert resumed["bound"]["whole_run_bytes"] <= bound < over["whole_run"]["total"]
+    assert resumed["bound"]["step_bytes"] < first["bound"]["step_bytes"] and resumed["strategy"] != first["strategy"]
+    json_of("train", *common, "--epochs", "3", "--strategy", "plain", "--save", "whole.npz")
+    a, b = fastckpt.load(tmp_path / "g.npz"), fastckpt.load(tmp_path / "whole.npz")
+    assert a.training_state["max_memory"] == bound and str(a.strategy) == resumed["strategy"]
+    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+        np.testing.assert_array_equal(x, y)
+    refused = run_cli("train", "--epochs", "100000", "--resume", "g.npz", "--save", "g.npz", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "fastckpt train: error: --resume 'g.npz' was trained under --max-memory, which bounds the resumed run too: "
+        f"for --epochs 100000 in all, --max-memory {bound}: the whole run needs "), refused.stderr
+    assert refused.stderr.count("\n") == 1 and fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
 
 
 def _adam_file(tmp_path, rng):

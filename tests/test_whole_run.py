@@ -299,3 +299,44 @@ def test_the_records_count_a_list_s_slots_as_cpython_grows_it():
         sizes[n] = (sys.getsizeof(grown) - sys.getsizeof([])) // 8
     assert all(list_slots(n) == sizes[n] for n in sizes), [(n, list_slots(n), sizes[n]) for n in sizes
                                                             if list_slots(n) != sizes[n]][:5]
+
+
+def test_a_bound_just_below_what_the_run_needs_says_the_least_it_found_and_that_is_taken():
+    """Near the least bound, fit's search used to run out of tries (each plan's Python objects put the run a
+    byte over, and the next try asked for a byte less of the same plan) and then said "needs more than 16.76
+    MiB before its training step" of a 29.34 MiB bound.  Whatever the refusal says the run needs is now true:
+    the least whole run it names is taken, and one byte less is refused."""
+    from cli_runner import run_cli
+
+    from fastckpt.cli.data import load_data
+    from fastckpt.planner.run import fit_the_run
+    sizes, batch, epochs = [784] + [256] * 8 + [10], 500, 2
+    training, test = load_data(None, sizes)
+    around = {"updates": epochs * (len(training[0]) // batch), "epochs": epochs, "command": True}
+
+    def fits(bound):
+        try:
+            fit_the_run(sizes, batch, "float64", bound, training, test, **around)
+        except ValueError:
+            return False
+        return True
+    low, high = 1, 2**31                                           # the least bound that fits, by bisection
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    common = ["--data", "embedded", "--sizes", ",".join(map(str, sizes)), "--batch-size", str(batch), "--epochs",
+              str(epochs), "--json"]
+    refused = run_cli("plan", *common, "--max-memory", str(low - 1))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    found = re.search(r"The least whole run found needs (\d+) bytes", refused.stderr)
+    if found:                                                      # no plan tried fits: the least one tried is named
+        need = int(found.group(1))
+        assert need >= low and f", {need - low + 1} more, " in refused.stderr, refused.stderr
+    else:                                                          # or the least any plan could need is above it
+        shown = re.search(r"the whole run needs at least ([\d.]+) MiB", refused.stderr)
+        assert shown, refused.stderr
+        need = low
+        assert float(shown.group(1)) * MiB >= low - 1 - 0.005 * MiB
+    taken = run_cli("plan", *common, "--max-memory", str(need))
+    assert taken.returncode == 0, taken.stderr
+    assert json.loads(taken.stdout)["whole_run"]["total"] <= need

@@ -39,13 +39,16 @@ def _around(run, training, epochs):
     return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True}
 
 
-def bounded(args, run, state, *, whole, training, test):
+def bounded(args, run, state, *, whole, training, test, kept=None):
     """``run`` with its memory bound settled: ``--max-memory`` as the whole run's bound on one process
     (``whole``: its step gets the ``fit`` the rest leaves), as given or as the ``--resume`` file's (kept for
-    the next resume); a bound MKL cannot keep refused (NOTE [ MKL's own buffers ])."""
-    if args.max_memory is not None and whole:
+    the next resume; on one process it bounds the resumed run too, whose step planned by ``kept``, the file's
+    strategy, goes on while it keeps to it); a bound MKL cannot keep refused (NOTE [ MKL's own buffers ])."""
+    if args.max_memory is not None and whole and state is None:
         run = replace(run, strategy=step_strategy(run, training, test, args.epochs, args.save is not None),
                       max_memory=args.max_memory)
+    elif state is not None and whole and state.get("max_memory") is not None:
+        run = _resumed_bound(args, run, state, kept, training, test)
     elif state is not None and args.max_memory is not None:     # the file's bound (checked): kept for the next resume
         run = replace(run, max_memory=args.max_memory)
     elif state is not None and state.get("max_memory") is not None:     # not given: the file's, still kept
@@ -55,3 +58,21 @@ def bounded(args, run, state, *, whole, training, test):
         refuse_under_mkl("--strategy", run.strategy.nbytes, "a bound on a step's bytes",
                          shown=f"--strategy {run.strategy}")
     return run
+
+
+def _resumed_bound(args, run, state, kept, training, test):
+    """A one-process run resumed from a file trained under ``--max-memory B``: B bounds the whole run of
+    ``--epochs`` (more epochs, longer result lists).  The file's step (``kept``) goes on while the run keeps
+    within B; else the step gets the ``fit`` of what the longer run leaves, which computes the same gradients
+    bit for bit (tests/test_strategies.py); refused, naming the file and the epochs, when nothing fits."""
+    bound = state["max_memory"]
+    refuse_under_mkl(f"--resume {args.resume!r} was trained with --max-memory", bound)
+    same = replace(run, strategy=kept, max_memory=bound)
+    if whole_run(same, training, test, args.epochs, True)["total"] <= bound:
+        return same
+    try:
+        step = step_strategy(replace(run, strategy=Fit(bound)), training, test, args.epochs, True)
+    except ValueError as exc:
+        raise ValueError(f"--resume {args.resume!r} was trained under --max-memory, which bounds the resumed run "
+                         f"too: for --epochs {args.epochs} in all, {exc}") from None
+    return replace(run, strategy=step, max_memory=bound)

@@ -248,8 +248,9 @@ def _profile(p):
     p.add_argument("file", metavar="FILE", nargs="?", default=None,
                    help="a net saved by train --save or net.save: profile training it as saved (its settings, "
                         "weights and optimizer state; the batch size, learning rate and data its training state "
-                        "records); then give none of the flags that shape the net (default: a new net of those "
-                        "flags, as train makes it)")
+                        "records); then give none of the flags that shape the net, and --batch-size, --eta and "
+                        "--data only as its training state records them (default: a new net of those flags, as "
+                        "train makes it)")
     _net_flags(p, "FILE's", PROFILE_MAX_MEMORY)
     p.add_argument("--epochs", type=o.positive, default=10,
                    help="with --max-memory: the epochs of the train run whose bound it is (its result lists)")

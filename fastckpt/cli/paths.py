@@ -1,4 +1,4 @@
-"""The command's files: ``--data``, ``--resume``, ``--out`` and ``--save`` checked before any work.
+"""The command's files: ``--data``, ``--resume``, ``--out``, ``--save`` and ``--output`` checked before any work.
 
 Each check raises a ValueError naming the flag and the path, so a bad path
 costs a second, not a training run.
@@ -12,8 +12,8 @@ from .data import EMBEDDED
 
 
 def check_paths(args):
-    """Refuse a missing ``--data`` or ``--resume``, an unusable ``--out`` folder or ``--save`` file;
-    create ``--out``."""
+    """Refuse a missing ``--data`` or ``--resume``, an unusable ``--out`` folder, ``--save`` or ``--output``
+    file; create ``--out``."""
     resume = getattr(args, "resume", None)
     if resume is not None and not os.path.isfile(resume) and not os.path.isfile(npz_name(resume)):
         raise ValueError(f"--resume {resume!r}: no such file")
@@ -46,6 +46,24 @@ def check_paths(args):
         if os.path.exists(target) and not getattr(args, "force", False) and not same:
             raise ValueError(f"--save {save!r}: {target!r} exists; pass --force to overwrite it")
         _probe(folder, "--save")
+    if getattr(args, "output", None) is not None:
+        check_output(args.output, args.force)
+
+
+def check_output(output, force):
+    """Refuse a ``predict --output`` file that cannot be written, or that exists without ``--force``."""
+    if not output.strip():
+        raise ValueError(f"--output {output!r}: name the file to write")
+    folder = os.path.dirname(output) or "."
+    if os.path.isdir(output):
+        raise ValueError(f"--output {output!r}: is a folder; name the file to write")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output {output!r}: no such folder {folder!r}")
+    if os.path.exists(output) and not force:
+        raise ValueError(f"--output {output!r} exists; pass --force to overwrite it")
+    if os.path.exists(output) and not os.access(output, os.W_OK):
+        raise ValueError(f"--output {output!r}: exists and cannot be written")
+    _probe(folder, f"--output {output!r}")
 
 
 def _probe(folder, flag):

@@ -19,7 +19,9 @@ import os
 import numpy as np
 
 from fastckpt.core.files import npz_name
+from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.nets import load
+from fastckpt.nets.io import blank
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
@@ -189,6 +191,19 @@ def resumed(args):
                             pipeline=pipeline)
 
 
+def with_strategy(net, strategy):
+    """The resumed ``net`` with its step planned by ``strategy``: a blank net of the same settings given its
+    parameters and optimizer state bit for bit.  Every strategy computes the same gradients bit for bit
+    (tests/test_strategies.py), so the run goes on as the file's would."""
+    other = blank(net.sizes, net.dtype, loss=net.loss, l2=list(net.l2), strategy=strategy,
+                  optimizer_in_backward=net.optimizer_in_backward, activation=list(net.activation),
+                  optimizer=net.optimizer)
+    other.weights, other.biases = net.weights, net.biases
+    other.optimizer_state.restore(net.sizes, net.optimizer_state.steps, net.optimizer_state.arrays(net.sizes))
+    other.training_state = net.training_state
+    return other
+
+
 def _check_same(args, key, saved, state):
     """Refuse a flag that would change what the --resume file's run fixes."""
     given = getattr(args, key)
@@ -225,6 +240,30 @@ def _check_state(state, path):
             raise ValueError(f"{where} needs {key} as a string or null, got {state.get(key)!r}")
     if state.get("rng") is None:
         raise ValueError(f"{where} lacks numpy.random's state (rng)")
+    _check_run_fields(state, where)
+
+
+def _check_run_fields(state, where):
+    """The fields that say how the run trained (each may be null): ``mode`` a string, ``max_memory`` a count of
+    bytes, ``shuffle`` a seed, ``validation`` a fraction, ``lr_schedule`` a schedule's spelling."""
+    checks = {"mode": ("a string", lambda v: isinstance(v, str)),
+              "max_memory": (f"an integer of bytes from 1 to {INT64}", lambda v: type(v) is int and 1 <= v <= INT64),
+              "shuffle": ("an integer seed from 0 to 2**32 - 1", lambda v: type(v) is int and 0 <= v < 2**32),
+              "validation": ("a fraction between 0 and 1", lambda v: type(v) is float and 0 < v < 1),
+              "lr_schedule": ("a learning-rate schedule such as 'cosine(10)'", _schedule)}
+    for key, (kind, ok) in checks.items():
+        value = state.get(key)
+        if value is not None and not ok(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+            raise ValueError(f"{where} needs {key} as {kind} or null, got {shown}")
+
+
+def _schedule(value):
+    """Whether a file's ``lr_schedule`` is one :func:`~fastckpt.core.lr.parse_lr_schedule` reads."""
+    try:
+        return isinstance(value, str) and parse_lr_schedule(value) is not None
+    except ValueError:
+        return False
 
 
 def _shown(key, value):

@@ -28,7 +28,7 @@ from .guard import RankGuard
 from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid_options, check_lone_flags, grid_axes, on_ranks, pipeline_options
 from .progress import TrainBar
-from .resume import SETTINGS, Saver, resumed, run_mode, training_state
+from .resume import SETTINGS, Saver, resumed, run_mode, training_state, with_strategy
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,8 @@ def train(args):
         raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
                          f"has {len(x_train)}")
     lead = guard is None or guard.rank == 0
-    run = bounded(args, run, state, whole=not ranks and args.threads == 1 and not run.parallel_batches
-                  and net is None, training=(x_train, y_train), test=test)
+    run = bounded(args, run, state, whole=not ranks and args.threads == 1 and not run.parallel_batches,
+                  training=(x_train, y_train), test=test, kept=None if net is None else net.strategy)
     bound = say_before_training(args, run, state, (x_train, y_train), test) if lead else None
     if not lead:
         warnings.filterwarnings("ignore", category=SkippedSamples)         # rank 0 says it, once
@@ -138,6 +138,8 @@ def train(args):
                                            l2=run.l2, optimizer_in_backward=run.sgd_in_backward,
                                            activation=run.activation, init=args.init or TRAIN_DEFAULTS["init"],
                                            optimizer=run.optimizer)
+        elif str(net.strategy) != str(run.strategy):       # the resumed run's bound planned its step anew
+            net = with_strategy(net, run.strategy)
         times, accuracies, workers = _one_net(args, run, net, state, (x_train, y_train), test)
     if guard is not None:
         guard.finish()

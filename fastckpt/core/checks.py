@@ -44,9 +44,10 @@ def check_positive_int(value, name, minimum=1, maximum=None):
 
 def check_nonnegative(value, name):
     """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
-    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting."""
+    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting; so is a string, which
+    ``float`` would read (``eta="0.1"``): strings are not numbers."""
     try:
-        if isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (bool, np.bool_, str, bytes, bytearray)):
             raise TypeError
         v = float(value)
     except OverflowError:                            # an int past float64's range: not finite

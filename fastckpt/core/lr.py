@@ -19,6 +19,7 @@ whose epochs would get a rate that is not a finite float before its first epoch 
 """
 import math
 import re
+import sys
 
 from .checks import check_nonnegative, check_positive_int
 
@@ -49,9 +50,9 @@ class LRSchedule:
                 rate = float(self.rate(eta, epoch, last))
             except OverflowError:
                 rate = math.inf
-            if not math.isfinite(rate):
-                raise ValueError(f"{name} {self} from eta {eta!r} gives epoch {epoch} a learning rate of {rate}, "
-                                 "beyond what a float holds; nothing was trained")
+            if not math.isfinite(rate):          # epochs counted from 1 here, as the command line's lines count them
+                raise ValueError(f"{name} {self} from eta {eta!r} gives epoch {epoch + 1}/{last} a learning rate of "
+                                 f"{rate}, beyond what a float holds; nothing was trained")
 
     def __str__(self):
         args = ", ".join(repr(v) if isinstance(v, float) else str(v) for v in self.settings())
@@ -85,7 +86,36 @@ class StepDecay(LRSchedule):
         return (self.step_size, self.gamma)
 
     def rate(self, eta, epoch, epochs):
-        return eta * self.gamma ** (epoch // self.step_size)
+        steps = epoch // self.step_size
+        try:
+            factor = self.gamma ** steps
+        except OverflowError:
+            factor = math.inf
+        if sys.float_info.min <= factor < math.inf:
+            return eta * factor                  # PyTorch's closed form, whenever gamma ** steps is a normal float
+        if eta == 0 or self.gamma == 0:
+            return 0.0
+        return times_power(eta, self.gamma, steps)
+
+
+def times_power(x, base, k):
+    """``x * base ** k`` (``x``, ``base`` > 0, ``base`` != 1, ``k`` >= 0) with the binary exponents kept apart from
+    the mantissas, so that a ``base ** k`` past float64 (1e200 ** 2) never overflows or underflows on the way to
+    a product a float holds (1e-300 * 1e200 ** 2 = 1e100); inf only when the product itself is past float64.
+    ``base ** k`` is taken in powers of at most 2**1000 each: at most three of them come between any float
+    and one past float64's range, where the product stops."""
+    m, e = math.frexp(x)
+    chunk = max(1, int(1000 / abs(math.log2(base))))
+    while k and -1200 < e < 1200:
+        n = min(k, chunk)
+        power, shift = math.frexp(base ** n)
+        m, more = math.frexp(m * power)
+        e += shift + more
+        k -= n
+    try:
+        return math.ldexp(m, e)
+    except OverflowError:                       # as a float product past float64 is
+        return math.inf
 
 
 class Cosine(LRSchedule):
@@ -110,7 +140,8 @@ class Cosine(LRSchedule):
         period = self.epochs or max(1, epochs)
         if epoch >= period:
             return self.eta_min
-        return self.eta_min + (eta - self.eta_min) * (1.0 + math.cos(math.pi * epoch / period)) / 2.0
+        # halved before the product, not after: (eta - eta_min) * 2 overflows for an eta near float64's largest
+        return self.eta_min + (eta - self.eta_min) * ((1.0 + math.cos(math.pi * epoch / period)) / 2.0)
 
 
 SCHEDULES = {"constant": Constant, "step": StepDecay, "cosine": Cosine}

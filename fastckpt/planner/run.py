@@ -217,6 +217,9 @@ def refuse_under_mkl(name, bound, what="a bound on the whole run", shown=None):
                          "with FASTCKPT_BLAS=openblas to bound the run")
 
 
+FIT_TRIES = 8          # plans fit_the_run tries before it takes the least step any schedule needs
+
+
 def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
                 optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0, **around):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
@@ -231,36 +234,66 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     def planned(strategy):
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
+
+    def whole(p):
+        return run_bytes(p, training, test, updates=updates, save=save, **around)["total"] + extra
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
     others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
     beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
                  rest.get("saving", 0) - rest["step: blas"])
-    budget = bound - others - beside
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
                                   "saving"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
-    least = None
-    for _ in range(4):               # a plan that recomputes has more ops, so more Python objects: take them off
-        if budget <= 0:
-            break
+    budget, tried = bound - others - beside, {}
+    if budget <= 0:
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(others + beside)} "
+                         f"before its training step: {parts}")
+    for _ in range(FIT_TRIES):       # a plan that recomputes has more ops, so more Python objects: take them off
         try:
             fitted = planned(Fit(budget))
-        except InfeasiblePlan as exc:
-            least = exc.minimum_bytes
+        except InfeasiblePlan:
             break
-        over = run_bytes(fitted, training, test, updates=updates, save=save, **around)["total"] + extra - bound
-        if over <= 0:
+        step, total = fitted.bytes()["total"], whole(fitted)
+        if total <= bound:
             return Fit(budget)
-        budget -= over
-    need = others + beside + (least or 0)
-    if least is None:
-        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(need)} "
-                         f"before its training step: {parts}")
-    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {shown_bytes(need)}: "
-                     f"{parts}, and the least training step {shown_bytes(least)}")
+        tried[step] = total
+        budget = step - (total - bound)        # a step smaller by what the run is over: another plan
+        if budget <= 0:
+            break
+    least = least_step(planned)
+    if others + beside + least > bound:
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least "
+                         f"{shown_bytes(others + beside + least)}: {parts}, and the least training step "
+                         f"{shown_bytes(least)}")
+    tried[least] = whole(planned(Fit(least)))
+    if tried[least] <= bound:
+        return Fit(least)
+    raise ValueError(none_fits(name, bound, tried, least, parts))
+
+
+def none_fits(name, bound, tried, least, parts):
+    """Why ``fit_the_run`` found no step: ``tried`` maps each step's bytes to its whole run's, none within
+    ``bound``, ``least`` among them."""
+    from .strategies import format_bytes
+    step, total = min(tried.items(), key=lambda item: (item[1], item[0]))
+    return (f"{name} {format_bytes(bound)}: none of the training steps tried keeps the whole run within it, the "
+            f"least any schedule needs ({least} bytes) included: a plan that recomputes more holds more Python "
+            f"objects. The least whole run found needs {total} bytes ({shown_bytes(total)}), {total - bound} more, "
+            f"with a step of {step} bytes; tried: "
+            + ", ".join(f"a step of {s} bytes makes the run {t}" for s, t in sorted(tried.items(), reverse=True))
+            + f"; the rest: {parts}")
+
+
+def least_step(planned):
+    """The fewest bytes any schedule's training step needs, from ``planned`` (a strategy -> its plan)."""
+    from .strategies import Fit, InfeasiblePlan
+    try:
+        return planned(Fit(1)).bytes()["total"]       # no step fits one byte: InfeasiblePlan says the least
+    except InfeasiblePlan as exc:
+        return exc.minimum_bytes
 
 
 def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, **around):
