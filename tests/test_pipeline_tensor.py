@@ -23,7 +23,9 @@ CASES = [dict(sizes=DEEP, schedule="gpipe", micro=3, batch=24, strategy="plain")
          dict(sizes=DEEP, schedule="zb1", micro=4, batch=24, strategy="segments(2)", optimizer="adam", eta=0.01,
               loss="cross_entropy", l2=0.01, partition=[4, 3]),
          dict(sizes=[784, 40, 30, 10], schedule="zb1", micro=2, batch=20, strategy="plain", activation="relu",
-              init="he")]
+              init="he"),
+         dict(sizes=DEEP, schedule="1f1b", micro=3, batch=24, strategy="sqrt", loss="squared_error", init="xavier",
+              activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], eta=0.05)]
 
 
 @needs_mpi

@@ -39,6 +39,9 @@ CASES = {
     "deep_plain": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3]),
     "deep_sqrt": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3], strategy="sqrt"),
     "every2_l2": dict(sizes=[784, 40, 30, 20, 16, 10], strategy="every_nth(2)", loss="cross_entropy", l2=1e-3),
+    # regression: a linear output and the squared error, a linear hidden layer, at a rate it does not diverge at
+    "regression": dict(sizes=[33, 9, 6, 5, 3], loss="squared_error", activation=["identity", "tanh", "relu"],
+                       eta=0.05),
 }
 BATCHES = [10, 10, 7, 16, 10]
 ETA = 3.0
@@ -118,7 +121,7 @@ def run(driver, ranks, spec):
 def trained(request, driver, tmp_path_factory):
     """Every case trained on 2 or 4 ranks: (ranks, {case: [what rank r saved]})."""
     ranks, out = request.param, tmp_path_factory.mktemp(f"ranks{request.param}")
-    cases = {name: dict(case, batches=BATCHES, eta=ETA) for name, case in CASES.items()}
+    cases = {name: dict(case, batches=BATCHES, eta=case.get("eta", ETA)) for name, case in CASES.items()}
     code, _, err, _ = run(driver, ranks, {"out": str(out), "cases": cases})
     assert code == 0, err
     return ranks, {name: [dict(np.load(out / f"{name}.rank{r}.npz")) for r in range(ranks)] for name in CASES}
@@ -128,12 +131,13 @@ def reference(case, saved, y_scale=None):
     """fastckpt.Network after ``np.random.seed(0)``, trained on the batches the ranks trained on."""
     args = dict(case)
     args.pop("strategy", None)                          # one process, plain: the weights do not depend on it
+    eta = args.pop("eta", ETA)
     np.random.seed(0)
     net = fastckpt.Network(args.pop("sizes"), dtype=np.dtype(args.pop("dtype", "float64")), **args)
     start, losses = 0, []
     for size, scale in zip(BATCHES, y_scale or [1.0] * len(BATCHES)):
         try:
-            net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size] * scale, ETA)
+            net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size] * scale, eta)
             losses.append(net.last_loss)
         except FloatingPointError:
             losses.append(np.nan)

@@ -20,11 +20,10 @@ from fastckpt.kernels import (
     NO_TRANS,
     TRANS,
     bias_activation,
-    cross_entropy_delta,
     dense_backward,
     dense_forward_layer,
     gemm,
-    quadratic_delta,
+    output_delta,
 )
 from fastckpt.planner import InfeasiblePlan, parse_strategy
 from fastckpt.planner import plan as make_plan
@@ -146,7 +145,7 @@ class TensorLayers:
             a0[...] = x[:, slice(*self._slices[0][1])]
         a = self._layers(a0, 0, n_layers, batch)
         dz = self._delta(n_layers - 1, batch)
-        data = cross_entropy_delta(a, y, dz) if self.loss == "cross_entropy" else quadratic_delta(a, y, dz)
+        data = output_delta(a, y, dz, self._acts[n_layers])       # the output's code names the loss
         if total is not None and self.replicas.data is not None:   # the replicas' rows, weighted by their share
             self._loss_sum[0] = data * batch / total
             self.replicas.data.Allreduce(self.MPI.IN_PLACE, self._loss_sum, op=self.MPI.SUM)

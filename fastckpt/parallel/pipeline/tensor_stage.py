@@ -23,7 +23,7 @@ counts it in the trainer's sum.  The memory of a shard is
 """
 import numpy as np
 
-from fastckpt.kernels import BAD_LOSS, OK, cross_entropy_delta, dense_backward, dense_backward_input, quadratic_delta
+from fastckpt.kernels import BAD_LOSS, OK, dense_backward, dense_backward_input, output_delta
 
 from ..tensor_layers import split_layer
 from .tensor_layout import gather_width, slice_widths
@@ -183,7 +183,7 @@ class TensorStage:
             self._again(ws, bs, a0, lay.n, k, done)
             dz = self._delta(lay.n - 1, rows)
             a_out = self._state(lay.n, rows, k)
-            loss = cross_entropy_delta(a_out, y, dz) if self.softmax else quadratic_delta(a_out, y, dz)
+            loss = output_delta(a_out, y, dz, self.acts[-1])       # the output's code names the loss
             status = OK if np.isfinite(loss) else BAD_LOSS
         for layer in reversed(range(lay.n)):
             self._again(ws, bs, a0, layer, k, done)
