@@ -196,6 +196,25 @@ def test_partial_fit_and_warm_start_go_on(rng):
     assert not np.array_equal(first[0], warm.coefs_[0])
 
 
+def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
+    """A warm start keeps the weights and the count of epochs without improvement but makes a new optimizer;
+    partial_fit keeps the optimizer too: scikit-learn's weights and loss curve after each."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
+                  random_state=0, max_iter=3, learning_rate_init=0.01, warm_start=True)
+    ours, theirs = MLPRegressor(**common), neural_network.MLPRegressor(**common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for model in (ours, theirs):
+            model.fit(x, y).fit(x, y)
+            model.partial_fit(x, y)
+            model.partial_fit(x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(ours.loss_curve_, theirs.loss_curve_, rtol=1e-11)
+    assert (ours.t_, ours.n_iter_, ours.best_loss_) == (theirs.t_, theirs.n_iter_, pytest.approx(theirs.best_loss_))
+
+
 @pytest.mark.parametrize("params, message", [
     ({"solver": "lbfgs"}, "solver must be one of 'adam', 'sgd', got 'lbfgs'"),
     ({"activation": "softplus"}, "activation must be one of 'identity', 'logistic', 'tanh', 'relu', got 'softplus'"),

@@ -75,18 +75,16 @@ class EarlyStopping:
         self.min_eta = check_nonnegative(min_eta, "min_eta")
         self.start(None, validating=False)
 
-    def go_on(self):
-        """Let the next run go on from this one's best value, count and rate instead of starting afresh (a
-        ``partial_fit`` or a ``warm_start`` fit of :mod:`fastckpt.sklearn`, as scikit-learn's go on)."""
-        self._go_on = True
+    def go_on(self, previous):
+        """Let the next run go on from the ``previous`` run's best value, count and rate instead of starting
+        afresh (a ``partial_fit`` or a ``warm_start`` fit of :mod:`fastckpt.sklearn`, as scikit-learn's go on)."""
+        self._kept = (previous.best, previous.best_epoch, previous.wait, previous.factor, previous.monitored)
         return self
 
     def start(self, params, *, validating, regression=False):
         """Begin a run of ``params`` (a :class:`~fastckpt.core.params.Parameters`, or None): resolve what
         is monitored and make the buffer of the best weights."""
-        kept = (self.best, self.best_epoch, self.wait, self.factor, self.monitored) \
-            if getattr(self, "_go_on", False) else None
-        self._go_on = False
+        kept, self._kept = getattr(self, "_kept", None), None
         watch = self.monitor if self.monitor != "auto" else "val_score" if validating else "loss"
         if watch.startswith("val") and not validating and params is not None:
             raise ValueError(f"early stopping monitors {watch!r}, but the run has no validation set: give "

@@ -13,6 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fastckpt.core.optimizers import OptimizerState
 from fastckpt.nets import NetworkWithCheckpointing
 
 from . import data
@@ -69,6 +70,8 @@ class BaseMLP(BaseEstimator):
         rng = check_random_state(self.random_state)
         if first:
             self._initialize(X.shape[1], settings, rng)
+        elif not incremental:                              # a warm start: a new optimizer, as scikit-learn's
+            self.net_.optimizer_state = OptimizerState(self.net_.optimizer, self.net_.params)
         training, validation, split_at = (X, y), None, 0
         if settings["early_stopping"]:
             training, validation = data.split(X, y, self.validation_fraction, rng,
@@ -78,8 +81,8 @@ class BaseMLP(BaseEstimator):
         self.net_.l2 = settings["alpha"] / batch
         epochs = 1 if incremental else settings["max_iter"]
         stopper = stopping(self, settings, incremental)
-        if not first:
-            stopper = self._stopper.go_on() if self._stopper.monitor == stopper.monitor else stopper
+        if not first and self._stopper is not None:
+            stopper.go_on(self._stopper)                   # scikit-learn's count goes on over the fits
         if settings["max_memory"] is not None:
             data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
                        arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
