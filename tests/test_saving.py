@@ -202,7 +202,7 @@ def _rewrite(path, **changes):
 @pytest.mark.parametrize("change,message", [
     ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0, 1 and 2"),
     ({"meta": {"version": 1}}, "a version-1 file has no activation, but this one names ['sigmoid']"),
-    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh' or 'relu'"),
+    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh', 'relu' or 'identity'"),
     ({"meta": {"activation": ["relu", "tanh"]}}, "activation must be one name or a list of one per hidden layer (1)"),
     ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
     ({"meta": {"optimizer": "adam"}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
