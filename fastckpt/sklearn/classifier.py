@@ -1,13 +1,14 @@
 """``MLPClassifier``: scikit-learn's multi-layer perceptron classifier, trained by fastckpt's engine."""
 import numpy as np
-from sklearn.base import ClassifierMixin
+from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
+from sklearn.utils import ClassifierTags
 from sklearn.utils.validation import column_or_1d
 
 from .base import BaseMLP
 
 
-class MLPClassifier(ClassifierMixin, BaseMLP):
+class MLPClassifier(BaseMLP):
     """A multi-layer perceptron classifier with scikit-learn's parameters, trained by fastckpt's engine.
 
     A drop-in for :class:`sklearn.neural_network.MLPClassifier` (``solver`` ``"adam"`` or ``"sgd"``): a
@@ -126,7 +127,15 @@ validation_fraction, beta_1, beta_2, epsilon, n_iter_no_change
                              f"fit: previously {self.classes_}, y has {unique_labels(y)}")
         return labels.astype(np.int64, copy=False), len(self.classes_)
 
+    def score(self, X, y, sample_weight=None):
+        """The accuracy of :meth:`predict` on ``X`` against ``y`` (scikit-learn's ``ClassifierMixin.score``)."""
+        return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
+
     def __sklearn_tags__(self):
+        """A classifier's tags, as scikit-learn's ``ClassifierMixin`` sets them (one base class here, no mixin),
+        of one label per sample."""
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = False
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags(multi_label=False)
+        tags.target_tags.required = True
         return tags

@@ -1,12 +1,13 @@
 """``MLPRegressor``: scikit-learn's multi-layer perceptron regressor, trained by fastckpt's engine."""
 import numpy as np
-from sklearn.base import RegressorMixin
+from sklearn.metrics import r2_score
+from sklearn.utils import RegressorTags
 from sklearn.utils.validation import column_or_1d
 
 from .base import BaseMLP
 
 
-class MLPRegressor(RegressorMixin, BaseMLP):
+class MLPRegressor(BaseMLP):
     """A multi-layer perceptron regressor with scikit-learn's parameters, trained by fastckpt's engine.
 
     A drop-in for :class:`sklearn.neural_network.MLPRegressor` (``solver`` ``"adam"`` or ``"sgd"``): an
@@ -74,7 +75,17 @@ class MLPRegressor(RegressorMixin, BaseMLP):
         rows = y.reshape(-1, 1) if y.ndim == 1 else y
         return rows, rows.shape[1]
 
+    def score(self, X, y, sample_weight=None):
+        """R² of :meth:`predict` on ``X`` against ``y``, averaged over the outputs (scikit-learn's
+        ``RegressorMixin.score``)."""
+        return r2_score(y, self.predict(X), sample_weight=sample_weight)
+
     def __sklearn_tags__(self):
+        """A regressor's tags, as scikit-learn's ``RegressorMixin`` sets them (one base class here, no mixin),
+        of one output or several."""
         tags = super().__sklearn_tags__()
+        tags.estimator_type = "regressor"
+        tags.regressor_tags = RegressorTags()
+        tags.target_tags.required = True
         tags.target_tags.multi_output = True
         return tags
