@@ -81,7 +81,7 @@ def test_a_grid_runs_each_trainer_as_its_own_arguments_do():
             "Grid(data=3, pipeline=1, tensor=1) needs data x pipeline x tensor = 3 ranks; this communicator has 4",
             None,                                     # revolve inside stages split over shards: the engine's plan
             "give grid=Grid(data=1, pipeline=2, tensor=2) or comm, data_parallel and tensor_parallel, not both",
-            "Grid(data=1, pipeline=1, tensor=3) needs data x pipeline x tensor = 3 ranks; this communicator has 4",
+            "data=1 x tensor=3 needs a multiple of 3 ranks (3 x pipeline), got 4",
             None,                                     # one trainer: a pipeline grid is as good as any
             "net= trains a whole net on each rank; Grid(data=1, pipeline=4, tensor=1) splits it: give sizes instead",
             "give grid=Grid(data=2, pipeline=2, tensor=1) or comm, data_parallel and tensor_parallel, not both",

@@ -264,3 +264,49 @@ def test_a_grid_refused_on_one_rank_before_any_trainer_ends_the_job(ranks, grid,
     assert code == 2 and seconds < LIMIT, (code, err)
     assert f"fastckpt: rank {ranks - 1} of {ranks} failed: ValueError: Grid(data=3, pipeline=1, tensor=1) needs data " \
            f"x pipeline x tensor = 3 ranks; this communicator has {ranks}; ending the job" in err, err
+
+
+DIFFERENT = """
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import Grid, Trainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = Trainer([784, 30, 20, 10], grid=Grid({grid}){options})
+(x, y), (tx, ty) = fastckpt.load_mnist()
+said = []
+for what in ("update", "evaluate", "update again"):
+    try:
+        if what == "evaluate":             # another number of test rows on rank 1
+            said.append(str(trainer.evaluate(tx[:100 + 7 * rank], ty[:100 + 7 * rank])))
+        else:                              # the same rows on every rank the second time
+            at = 40 * rank if what == "update" else 0
+            trainer.update_mini_batch(x[at:at + 40], y[at:at + 40], 0.5)
+            said.append("trained")
+    except ValueError as exc:
+        said.append(str(exc))
+with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
+    f.write("\\n".join(said))
+"""
+
+
+@pytest.mark.parametrize("grid, options", [("tensor=2", ""), ("pipeline=2", ", micro_batches=2"),
+                                           ("tensor=2", ", optimizer_in_backward=True")],
+                         ids=["tensor", "pipeline", "tensor-in-backward"])
+@pytest.mark.sweep(first=1)
+def test_shards_given_different_mini_batches_or_test_rows_refuse_on_every_rank(tmp_path, grid, options):
+    """Tensor shards all read the whole mini-batch: different ones are refused on each, never trained on; the
+    ranks of a pipeline read x (first stage) and y (last) alone, so theirs may differ.  Every rank runs
+    evaluate on the same test rows: another number of rows on one rank is refused on every rank (it used to
+    hang, or count another rank's rows)."""
+    script = textwrap.dedent(DIFFERENT.format(grid=grid, options=options))
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script, str(tmp_path / "said"), timeout=LIMIT)
+    assert code == 0 and seconds < LIMIT, err
+    said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
+    if grid == "tensor=2":
+        assert all("the 2 tensor shards of stage 0 were given different mini-batches" in s[0] for s in said), said
+    else:
+        assert said[0][0] == said[1][0] == "trained", said
+    assert all(s[1].startswith("the 2 ranks were given different test data") for s in said), said
+    assert all("100 rows" in s[1] and "107 rows" in s[1] for s in said), said
+    assert said[0][2] == said[1][2] == "trained", said

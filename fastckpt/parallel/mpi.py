@@ -91,7 +91,7 @@ class Group:
         self.comm = world if comm is None else check_comm(comm, self.MPI)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
-    def agree(self, mine, what="settings"):
+    def agree(self, mine, what="settings", differ="were started with different settings"):
         """One ``allgather``: ``mine`` is this rank's dict of settings (values shown as text), or the
         exception its own checks raised.  Then on every rank alike: the first rank's error raised
         (this rank's own, as it was, where it failed), or a ValueError naming every setting that
@@ -105,7 +105,7 @@ class Group:
         if failed:
             raise everywhere(ValueError(f"{what} refused on " + "; ".join(failed)))
         try:
-            check_same_settings(everyone)
+            check_same_settings(everyone, differ)
         except ValueError as exc:
             raise everywhere(exc) from None
 
@@ -208,14 +208,14 @@ def random_state():
     return "sha256 " + hashlib.sha256(state[1].tobytes() + repr(state[2:]).encode()).hexdigest()[:16]
 
 
-def check_same_settings(settings):
+def check_same_settings(settings, differ="were started with different settings"):
     """Raise ValueError naming each setting whose value differs between ranks; ``settings[r]`` is rank r's dict.
 
     When the ranks run different parallel modes (their ``mode`` settings differ) only that is said: the
     other settings of two modes are not comparable."""
     modes = {mine.get("mode") for mine in settings}
     keys = ["mode"] if len(modes) > 1 else list(dict.fromkeys(key for mine in settings for key in mine))
-    differ = []
+    said, differ = differ, []
     for key in keys:
         ranks_of = {}
         for rank, mine in enumerate(settings):
@@ -223,7 +223,7 @@ def check_same_settings(settings):
         if len(ranks_of) > 1:
             differ.append(f"{key} " + ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in ranks_of.items()))
     if differ:
-        raise ValueError(f"the {len(settings)} ranks were started with different settings: " + "; ".join(differ))
+        raise ValueError(f"the {len(settings)} ranks {said}: " + "; ".join(differ))
 
 
 def _ranks(ranks):

@@ -26,6 +26,7 @@ ends the job:
 """
 import gc
 import hashlib
+import zlib
 
 import numpy as np
 
@@ -348,6 +349,7 @@ class Trainer:
                 refused = None
             except (ValueError, TypeError) as exc:
                 refused = exc
+            refused = refused or self._same_on_shards(None if refused else (xb, yb))
             if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
                 return False, 0.0, 0.0, refused or ValueError("refused on another rank")
             if self.grid.pipeline == 1 and self.micro_batches == 1:
@@ -360,6 +362,30 @@ class Trainer:
         if self.grid.pipeline > 1 or self.micro_batches > 1:
             penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
         return bad, loss, penalty, None
+
+    def _same_on_shards(self, staged):
+        """None, or a ValueError on every shard of this stage when they were given different mini-batches (each
+        reads all of ``x`` on the first stage, all of ``y`` on the last): a CRC-32 of what each read, one
+        ``Allreduce`` of two integers over the stage's shards; "refused on another rank" when another shard refused
+        its own.  ``staged``: ``(x, y)``, None if refused here."""
+        tensor = self.places.tensor
+        if tensor is None:
+            return None
+        crc = -1
+        if staged is not None:
+            read = [a for a, used in zip(staged, (self.first, self.last)) if used]
+            crc = zlib.crc32(repr([a.shape for a in read]).encode())
+            for a in read:
+                crc = zlib.crc32(np.ascontiguousarray(a), crc)
+        seen = np.array([crc, -crc], dtype=np.int64)
+        tensor.Allreduce(self.MPI.IN_PLACE, seen, op=self.MPI.MAX)
+        most, least = seen[0], -seen[1]
+        if staged is None or most == least:
+            return None
+        if least == -1:
+            return ValueError("refused on another rank")
+        return ValueError(f"the {self.grid.tensor} tensor shards of stage {self.places.stage} were given different "
+                          "mini-batches (every shard of a stage reads the whole x or y): give each the same")
 
     def _refused_in_replica(self, mine):
         """Whether any rank of this replica refused its mini-batch (``mine``: this one did): its stages and shards
@@ -390,8 +416,16 @@ class Trainer:
     def _fused_step(self, x, y, eta, errors):
         """One step with the optimizer in the backward pass (one replica, stage and micro-batch): a non-finite
         loss is every shard's (the same output everywhere), a refused layer this shard's alone."""
+        staged = refused = None
         try:
-            xb, yb = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
+            staged = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
+        except (ValueError, TypeError) as exc:
+            refused = exc
+        refused = refused or self._same_on_shards(staged)         # every shard refuses, or none
+        try:
+            if refused is not None:
+                raise refused
+            xb, yb = staged
             stage = self._runner_for(xb.shape[0]).stage          # a bound that cannot hold: refused on every shard
             self.last_loss = stage.engine.step(self.params, stage.columns(xb), yb, eta, self.optimizer_state)
         except FloatingPointError as exc:
@@ -445,8 +479,14 @@ class Trainer:
         every replica's stages run it)."""
         if self.net is not None:
             return self.net.evaluate(x_test_data, y_test_data)
-        x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
-        labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
+        try:
+            x = as_batch(x_test_data, self.sizes[0], "x_test_data", "input")
+            labels = as_labels(y_test_data, self.sizes[-1], x.shape[0], ("x_test_data", "y_test_data"))
+            crc = zlib.crc32(np.ascontiguousarray(x), zlib.crc32(np.ascontiguousarray(labels)))
+            mine = {"test data": f"{x.shape[0]} rows, crc32 {crc:08x}"}
+        except (ValueError, TypeError) as exc:
+            mine = exc
+        self.group.agree(mine, "evaluate", "were given different test data (every rank evaluates the same rows)")
         run = ChunkedForward(self.params, self.stage_acts, min(EVAL_CHUNK, max(1, x.shape[0])), self.row_split,
                              self.sums)
         pipe = self.places.pipe
