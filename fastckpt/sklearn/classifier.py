@@ -1,8 +1,8 @@
 """``MLPClassifier``: scikit-learn's multi-layer perceptron classifier, trained by fastckpt's engine."""
 import numpy as np
 from sklearn.metrics import accuracy_score
-from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils import ClassifierTags
+from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import column_or_1d
 
 from .base import BaseMLP
