@@ -18,8 +18,10 @@ MiB = 2**20
 
 @parametrize_with_checks([MLPClassifier(), MLPRegressor()])
 def test_scikit_learns_estimator_checks(estimator, check):
-    """Every check scikit-learn's own MLPs pass; the tags declare what differs: no sparse input, no multi-label
-    classification (its array-API check skips itself unless SCIPY_ARRAY_API is set)."""
+    """Every check scikit-learn's own MLPs pass but those on what these do not take, which scikit-learn leaves out
+    by itself: the tags declare no sparse input (so the sparse checks expect a refusal) and no multi-label
+    classification, and fit has no sample_weight (its array-API check skips itself unless SCIPY_ARRAY_API is
+    set)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)
