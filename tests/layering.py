@@ -2,10 +2,10 @@
 
 Layers, lowest first; a module may import its own layer and the layers below it:
 
-    kernels <- core <- planner <- engine <- nets <- {parallel, report} <- cli
+    kernels <- core <- planner <- engine <- nets <- {parallel, report, sklearn} <- cli
 
-``data`` imports nothing of fastckpt and anyone may import it; parallel and
-report never import each other; the facade (``fastckpt/__init__.py``,
+``data`` imports nothing of fastckpt and anyone may import it; parallel, report and
+sklearn never import each other; the facade (``fastckpt/__init__.py``,
 ``fastckpt.distributed``, ``fastckpt.optimizers``, ``__main__``) may import anything and nothing
 imports it.  Besides: no import circles between modules (local imports
 included), no ``_private`` name imported from another module, the kernels
@@ -20,16 +20,18 @@ import importlib.util
 import pathlib
 import pkgutil
 
-LAYERS = ["kernels", "core", "planner", "engine", "nets", "parallel", "report", "cli"]
-RANK = {"kernels": 0, "core": 1, "planner": 2, "engine": 3, "nets": 4, "parallel": 5, "report": 5, "cli": 6}
+LAYERS = ["kernels", "core", "planner", "engine", "nets", "parallel", "report", "sklearn", "cli"]
+RANK = {"kernels": 0, "core": 1, "planner": 2, "engine": 3, "nets": 4, "parallel": 5, "report": 5, "sklearn": 5,
+        "cli": 6}
 FACADE = {"fastckpt", "fastckpt.distributed", "fastckpt.optimizers", "fastckpt.__main__"}
 LEAVES = {"fastckpt._version"}                       # import nothing; anyone may import them
 MAX_FUNCTION_LINES = 60
 ENGINE = "engine"                                    # the one layer that runs op tables on the run kernel
-LAYER_KERNELS = {"runner", "gemm", "bias_activation", "bias_log_softmax", "bias_relu", "bias_sigmoid", "bias_tanh",
-                 "dense_backward", "dense_backward_input", "dense_backward_sgd", "dense_forward", "dense_forward_layer",
-                 "dense_forward_log_softmax", "cross_entropy_delta", "quadratic_delta", "sgd_step", "adam_step",
-                 "momentum_step", "counted_adam_step", "counted_momentum_step"}
+LAYER_KERNELS = {"runner", "gemm", "bias_activation", "bias_identity", "bias_log_softmax", "bias_relu", "bias_sigmoid",
+                 "bias_tanh", "dense_backward", "dense_backward_input", "dense_backward_sgd", "dense_forward",
+                 "dense_forward_layer", "dense_forward_log_softmax", "cross_entropy_delta", "quadratic_delta",
+                 "squared_error_delta", "sgd_step", "adam_step", "momentum_step", "counted_adam_step",
+                 "counted_momentum_step"}
 
 
 def sources():

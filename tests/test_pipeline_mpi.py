@@ -47,7 +47,10 @@ CASES = {
              l2=[0.1, 0, 0, 0.2, 0, 0, 0.3]),
         dict(sizes=DEEP, schedule="zb1", micro=5, batch=23, strategy="sqrt"),
         dict(sizes=DEEP, schedule="zb1", micro=3, strategy="plain", partition=[5, 2], loss="cross_entropy",
-             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01)],
+             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01),
+        # regression: a linear output and the squared error, a linear hidden layer among them
+        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="sqrt", loss="squared_error", init="xavier",
+             activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], l2=0.01, eta=0.05)],
     4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01),

@@ -27,7 +27,9 @@ CASES = [dict(sizes=DEEP, schedule="gpipe", micro=3, batch=24, strategy="plain")
          # the strategies that recompute a state more than once: the engine's, in each shard of each stage
          dict(sizes=DEEP, schedule="1f1b", micro=3, batch=24, strategy="revolve(1)", partition=[4, 3]),
          dict(sizes=DEEP, schedule="zb1", micro=2, batch=24, strategy="budget(16KiB)", loss="cross_entropy", l2=0.01,
-              partition=[4, 3])]
+              partition=[4, 3]),
+         dict(sizes=DEEP, schedule="1f1b", micro=3, batch=24, strategy="sqrt", loss="squared_error", init="xavier",
+              activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], eta=0.05)]
 
 
 @needs_mpi

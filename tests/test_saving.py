@@ -202,7 +202,7 @@ def _rewrite(path, **changes):
 @pytest.mark.parametrize("change,message", [
     ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0, 1 and 2"),
     ({"meta": {"version": 1}}, "a version-1 file has no activation, but this one names ['sigmoid']"),
-    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh' or 'relu'"),
+    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh', 'relu' or 'identity'"),
     ({"meta": {"activation": ["relu", "tanh"]}}, "activation must be one name or a list of one per hidden layer (1)"),
     ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
     ({"meta": {"optimizer": "adam"}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
@@ -308,8 +308,8 @@ def test_resume_refuses_what_would_change_the_run(tmp_path):
                           (["--batch-size", "20"], "--batch-size 20 differs from the --resume file's 10"),
                           (["--max-memory", "64MiB"], "--max-memory 64MiB differs from the --resume file's plain"),
                           (["--epochs", "1"], "has already trained 1 epochs"),
-                          (["--mpi"], "was trained on one process, and this run would go on with --data-parallel 1 --pipeline 1 "
-                                         "--tensor-parallel 1 --micro-batches 1:"),
+                          (["--mpi"], "was trained on one process, and this run would go on with --data-parallel 1 "
+                                      "--pipeline 1 --tensor-parallel 1 --micro-batches 1:"),
                           (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
                                                "averaged 1")]:
         proc = run_cli("train", "--resume", "p.npz", *args, cwd=tmp_path)

@@ -48,6 +48,9 @@ CASES = {
     "deep_fused": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3], strategy="revolve(2)", optimizer_in_backward=True),
     "deep_fused_momentum": dict(sizes=[40, 12, 11, 10, 9, 8, 7, 3], strategy="sqrt", optimizer="momentum",
                                 optimizer_in_backward=True),
+    # regression: a linear output and the squared error, a linear hidden layer, at a rate it does not diverge at
+    "regression": dict(sizes=[33, 9, 6, 5, 3], loss="squared_error", activation=["identity", "tanh", "relu"],
+                       eta=0.05),
 }
 BATCHES = [10, 10, 7, 16, 10]
 ETA = 3.0
@@ -131,7 +134,7 @@ def run(driver, ranks, spec):
 def trained(request, driver, tmp_path_factory):
     """Every case trained on 2 or 4 ranks: (ranks, {case: [what rank r saved]})."""
     ranks, out = request.param, tmp_path_factory.mktemp(f"ranks{request.param}")
-    cases = {name: dict(case, batches=BATCHES, eta=ETA) for name, case in CASES.items()}
+    cases = {name: dict(case, batches=BATCHES, eta=case.get("eta", ETA)) for name, case in CASES.items()}
     code, _, err, _ = run(driver, ranks, {"out": str(out), "cases": cases})
     assert code == 0, err
     return ranks, {name: [dict(np.load(out / f"{name}.rank{r}.npz")) for r in range(ranks)] for name in CASES}
@@ -142,12 +145,13 @@ def reference(case, saved, y_scale=None):
     args = dict(case)
     args.pop("strategy", None)                          # one process, plain: the weights do not depend on it
     args.pop("strategy_of_ranks", None)
+    eta = args.pop("eta", ETA)
     np.random.seed(0)
     net = fastckpt.Network(args.pop("sizes"), dtype=np.dtype(args.pop("dtype", "float64")), **args)
     start, losses = 0, []
     for size, scale in zip(BATCHES, y_scale or [1.0] * len(BATCHES)):
         try:
-            net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size] * scale, ETA)
+            net.update_mini_batch(saved["x"][start:start + size], saved["y"][start:start + size] * scale, eta)
             losses.append(net.last_loss)
         except FloatingPointError:
             losses.append(np.nan)

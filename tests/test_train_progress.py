@@ -65,9 +65,11 @@ def test_train_prints_one_line_per_epoch_from_1_on_a_terminal_and_in_a_pipe_and_
         np.random.seed(0)
         net = fastckpt.Network([784, 12, 10])
         net.SGD((x, y), 2, 50, 3.0, test_data=test, verbose=False, validation=0.1)
-        assert lines == [f"epoch {j + 1}/2: test accuracy {a:.4f}, training loss {loss:.4g}, validation accuracy "
-                         f"{v:.4f}" for j, (a, loss, v) in enumerate(zip(net.accuracies, net.history["loss"],
-                                                                        net.history["val_accuracy"]))]
+        assert lines == [f"epoch {j + 1}/2: test accuracy {a:.4f}, training loss {loss:.4g}, validation loss "
+                         f"{vl:.4g}, validation accuracy {v:.4f}"
+                         for j, (a, loss, vl, v) in enumerate(zip(net.accuracies, net.history["loss"],
+                                                                  net.history["val_loss"],
+                                                                  net.history["val_accuracy"]))]
         assert all(re.search(r"% loss \d+(\.\d+)? ETA (\d+ s|\d+:\d\d)$", bar) for bar in bars), bars   # running loss
 
 

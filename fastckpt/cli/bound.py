@@ -1,11 +1,13 @@
 """``--max-memory BYTES`` on one process bounds the whole run, not only a step (NOTE [ The whole run ]).
 
 The step gets what the data, the staging rows, a ``--shuffle`` order, the result lists and the larger of
-an evaluation (the test set's or ``--validation``'s) and a save leave of BYTES, and plans ``fit`` of that;
-a bound the run cannot keep is refused before training, line by line.
+an evaluation (the test set's or ``--validation``'s) and a save leave of BYTES (and ``--early-stopping``'s
+best weights, and a regression net's one-hot validation rows), and plans ``fit`` of that; a bound the run
+cannot keep is refused before training, line by line.
 """
 from dataclasses import replace
 
+from fastckpt.core.losses import is_regression
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import fit_the_run, refuse_under_mkl, run_bytes
 from fastckpt.planner.strategies import Fit
@@ -16,7 +18,13 @@ def whole_run(run, training, test, epochs, save):
     step = make_plan(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                      optimizer=run.optimizer)
     training, around = _around(run, training, epochs)
-    return run_bytes(step, training, test, updates=epochs * (len(training[0]) // run.batch_size), save=save, **around)
+    parts = run_bytes(step, training, test, updates=epochs * (len(training[0]) // run.batch_size), save=save,
+                      **around)
+    extra = _besides(run, around["validation"])
+    if extra:
+        parts["besides"] = extra
+        parts["total"] += extra
+    return parts
 
 
 def step_strategy(run, training, test, epochs, save):
@@ -26,7 +34,7 @@ def step_strategy(run, training, test, epochs, save):
     return fit_the_run(run.sizes, run.batch_size, run.dtype, run.strategy.nbytes, training, test,
                        updates=epochs * (len(training[0]) // run.batch_size), save=save,
                        optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer, name="--max-memory",
-                       **around)
+                       extra=_besides(run, around["validation"]), **around)
 
 
 def _around(run, training, epochs):
@@ -36,7 +44,16 @@ def _around(run, training, epochs):
     if run.validation:
         split = int(len(x) * (1 - run.validation))
         (x, y), validation = (x[:split], y[:split]), (x[split:], y[split:])
-    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True}
+    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True,
+                    "best": getattr(run, "early_stopping", None) is not None}
+
+
+def _besides(run, validation):
+    """What the run holds beside its parts: a regression net's validation targets, made one-hot float rows of
+    the labels (``Network.SGD`` validates a ``squared_error`` net on target rows)."""
+    if validation is None or not is_regression(getattr(run, "loss", "quadratic")):
+        return 0
+    return len(validation[1]) * run.sizes[-1] * 8
 
 
 def bounded(args, run, state, *, whole, training, test, kept=None):

@@ -142,6 +142,16 @@ def check_lone_flags(args):
                                  "--pipeline, --tensor-parallel); on one process it would change nothing")
 
 
+def early_stopping_flags(p):
+    """``train``'s ``--early-stopping N``, ``--tol`` and ``--save-best FILE`` (:mod:`fastckpt.cli.best`)."""
+    best = "the --validation score (else the training loss)"
+    p.add_argument("--early-stopping", type=positive, default=None, metavar="N", help=f"stop once {best} has not "
+                   "improved by --tol for more than N epochs in a row, back at the best epoch's weights (default: off)")
+    p.add_argument("--tol", type=rate, default=None, help="the least improvement that counts (default: 1e-4)")
+    p.add_argument("--save-best", default=None, metavar="FILE",
+                   help=f"write the net to FILE (.npz) after each epoch whose {best} is the best yet (default: off)")
+
+
 def sizes(text):
     try:
         values = [int(s) for s in text.split(",")]

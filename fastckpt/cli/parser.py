@@ -168,11 +168,13 @@ def _net_flags(p, theirs, max_memory):
     _strategy(p, f"plain, or {theirs}", max_memory)
     unset("--eta", o.rate, "the learning rate", "eta")
     unset("--seed", o.seed, "numpy.random seed of the initial weights", "seed")
-    unset("--loss", None, "quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)", "loss",
-          choices=["quadratic", "cross_entropy"])
+    unset("--loss", None, "quadratic (sigmoid output, the lab's), cross_entropy (softmax output) or squared_error "
+          "(identity output: regression, here on the one-hot rows of the data's classes)", "loss",
+          choices=["quadratic", "cross_entropy", "squared_error"])
     unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
     _sgd_in_backward(p, "train with", default=None, theirs=theirs)
-    unset("--activation", None, "the hidden layers' activation", "activation", choices=["sigmoid", "tanh", "relu"])
+    unset("--activation", None, "the hidden layers' activation", "activation",
+          choices=["sigmoid", "tanh", "relu", "identity"])
     p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default=None,
                    help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
                         f"on fan_in (he, PyTorch's kaiming_normal_) (default: lab; {theirs} are its weights)")
@@ -201,7 +203,8 @@ def _train(p):
                    help="write the net and its training state to FILE (.npz) after every epoch, atomically, so "
                         "that --resume FILE can go on; the folder must exist and the file must not, unless --force "
                         "or it is the --resume file (default: not saved)")
-    p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
+    p.add_argument("--force", action="store_true", help="let --save (and --save-best) overwrite an existing file")
+    o.early_stopping_flags(p)
     p.add_argument("--resume", default=None, metavar="FILE",
                    help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
                         "stopped, in the file's mode (one process, --threads, or the same grid of MPI ranks; "

@@ -4,7 +4,6 @@ The parsed arguments are read, never changed: :func:`settle` makes the run's
 :class:`Run` from them, the --resume file and :data:`~fastckpt.cli.options.TRAIN_DEFAULTS`.
 """
 import gc
-import json
 import sys
 import time
 import warnings
@@ -20,14 +19,15 @@ from fastckpt.parallel import DataParallel, Grid, Trainer
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner import parse_strategy
 from fastckpt.planner.run import refuse_under_mkl
-from fastckpt.planner.strategies import format_bytes
 
+from .best import one_process
 from .bound import bounded
 from .data import check_trainable, fingerprint, load_data
 from .guard import RankGuard
 from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid_options, check_lone_flags, grid_axes, on_ranks, pipeline_options
 from .progress import TrainBar
+from .result import report
 from .resume import SETTINGS, Saver, resumed, run_mode, training_state, with_strategy
 
 
@@ -53,6 +53,7 @@ class Run:
     max_memory: int | None = None
     data_sha256: str | None = None
     lr_schedule: str | None = None
+    early_stopping: int | None = None
     mode: str = "on one process"
     pipeline: dict | None = None
 
@@ -69,6 +70,7 @@ def settle(args, saved=None):
         values[key] = getattr(args, key) if saved is None or getattr(args, key) is not None else saved.get(key)
     schedule = args.lr_schedule if args.lr_schedule is not None else (saved or {}).get("lr_schedule")
     values["lr_schedule"] = str(parse_lr_schedule(schedule).resolved(args.epochs))   # cosine's T fixed, for resumes
+    values["early_stopping"] = args.early_stopping
     pipeline = (saved or {}).get("pipeline")
     return Run(**values, mode=run_mode(args, pipeline), pipeline=pipeline_options(args, pipeline))
 
@@ -87,8 +89,8 @@ def check_modes(args):
     if args.sgd_in_backward and several:
         raise ValueError("--optimizer-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{several} the gradients of several mini-batches are summed first, so leave it out")
-    for flag in ("--shuffle", "--validation"):
-        given = getattr(args, flag[2:])
+    for flag in ("--shuffle", "--validation", "--early-stopping", "--save-best"):
+        given = getattr(args, flag[2:].replace("-", "_"))
         if given not in (None, "lab", "sgd", "sigmoid") and (ranks or several):
             raise ValueError(f"{flag} {given} trains one process's net; with "
                              f"{several or 'MPI ranks'} leave it out")
@@ -144,7 +146,7 @@ def train(args):
     if guard is not None:
         guard.finish()
     if lead:
-        _report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0, bound)
+        report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0, bound)
     return 0
 
 
@@ -219,52 +221,8 @@ def _one_net(args, run, net, state, training, test):
                               first_epoch=done, lr_schedule=run.lr_schedule)
         workers = {"threads": args.threads, "parallel_batches": per_update or args.threads}
     else:
-        bar.watch(net)
-        _, times = net.SGD(training, epochs, run.batch_size, run.eta, test_data=test, verbose=False,
-                           progress=bar.progress, on_epoch=bar.after(saved, net), first_epoch=done,
-                           shuffle=False if run.shuffle is None else run.shuffle, validation=run.validation,
-                           lr_schedule=run.lr_schedule)
-        workers = {"activation": run.activation, "optimizer": run.optimizer, "training_loss": net.history["loss"]}
-        if run.validation:
-            workers["validation_accuracy"] = net.history["val_accuracy"]
+        times, workers = one_process(args, run, bar.watch(net), bar, training, test, done, saved,
+                                     lambda epoch, updates: training_state(run, before + net.accuracies, epoch + 1,
+                                                                           updates_before + updates,
+                                                                           len(training[0]), 1))
     return times, before + net.accuracies, workers
-
-
-def _report(args, run, state, done, times, accuracies, workers, seconds, bound=None):
-    """The run's one line (or its JSON); ``bound``: what the memory bound chose (:mod:`fastckpt.cli.notes`)."""
-    result = {"sizes": run.sizes, "strategy": str(run.strategy), "loss": run.loss, "l2": run.l2,
-              "batch_size": run.batch_size, "eta": run.eta, "epochs": args.epochs, "accuracies": accuracies,
-              "updates": len(times), "ms_per_update": float(np.median(times) * 1e3) if times else float("nan"),
-              "seconds": seconds, **workers}
-    if bound:
-        result["bound"] = bound
-    if args.resume:
-        result["resumed_after_epoch"] = done                       # updates and ms_per_update are this run's
-        result["updates_in_all"] = state["updates_done"] + len(times)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    shown = result["strategy"] if not bound else f"--max-memory {format_bytes(bound['max_memory'])}: " + (
-        f"{bound['recomputed_layers']} of {len(run.sizes) - 1} layers recomputed" if bound["recomputed_layers"]
-        else "nothing recomputed")
-    print(f"trained {run.sizes} ({shown}) for {args.epochs} epoch{'s' * (args.epochs != 1)}"
-          + (f" ({args.epochs - done} after the {done} of {args.resume})" if args.resume else "")
-          + f": accuracy {accuracies[-1] if accuracies else float('nan'):.4f}, {len(times)} updates, "
-          f"{result['ms_per_update']:.3f} ms per update, {seconds:.1f} s in all"
-          + "".join(f", {key.replace('_', ' ')} {_shown(value)}" for key, value in workers.items()))
-    if args.save:
-        print(f"saved to {args.save}" + ("" if args.save.endswith(".npz") else ".npz"))
-
-
-def _shown(value):
-    """A result for people: fractions to 3 digits, byte counts with separators, a partition as given (8,9), a
-    value per epoch from the first epoch to the last (0.366 -> 0.174)."""
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if isinstance(value, int):
-        return f"{value:,d}"
-    if isinstance(value, list) and value and all(isinstance(v, float) for v in value):
-        return " -> ".join(f"{v:.4g}" for v in value) + (" by epoch" if len(value) > 1 else "")
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return str(value)

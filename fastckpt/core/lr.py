@@ -11,6 +11,9 @@ the formulas are the closed forms of PyTorch's epoch-wise schedulers:
   ``torch.optim.lr_scheduler.CosineAnnealingLR(T_max=T, eta_min=eta_min)``; ``T``
   defaults to the run's last epoch + 1 (the epochs of the run, resumed ones included), and
   past ``T`` the rate stays at ``eta_min``.
+* :class:`InverseScaling` (no spelling: made by :mod:`fastckpt.sklearn`):
+  ``eta / (t + 1) ** power_t`` with ``t`` the samples trained on before the epoch, scikit-learn's
+  ``learning_rate="invscaling"``, which it updates once per epoch.
 
 Each schedule's rate is monotone in the epoch (constant, decaying or growing by ``gamma``,
 or annealing from ``eta`` to ``eta_min`` and staying there), so the first and the last epoch
@@ -142,6 +145,26 @@ class Cosine(LRSchedule):
             return self.eta_min
         # halved before the product, not after: (eta - eta_min) * 2 overflows for an eta near float64's largest
         return self.eta_min + (eta - self.eta_min) * ((1.0 + math.cos(math.pi * epoch / period)) / 2.0)
+
+
+class InverseScaling(LRSchedule):
+    """``eta / (t + 1) ** power_t``, ``t = samples_before + (epoch - first_epoch) * samples_per_epoch`` the
+    samples trained on before the epoch: scikit-learn's ``learning_rate="invscaling"``."""
+
+    name = "invscaling"
+
+    def __init__(self, power_t, samples_per_epoch, samples_before=0, first_epoch=0):
+        self.power_t = check_nonnegative(power_t, "power_t")
+        self.samples_per_epoch = check_positive_int(samples_per_epoch, "samples_per_epoch")
+        self.samples_before = check_positive_int(samples_before, "samples_before", minimum=0)
+        self.first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
+
+    def settings(self):
+        return (self.power_t, self.samples_per_epoch, self.samples_before, self.first_epoch)
+
+    def rate(self, eta, epoch, epochs):
+        seen = self.samples_before + (epoch - self.first_epoch) * self.samples_per_epoch
+        return eta / float(seen + 1) ** self.power_t
 
 
 SCHEDULES = {"constant": Constant, "step": StepDecay, "cosine": Cosine}

@@ -86,12 +86,13 @@ class Engine:
     plan : Plan
         The schedule, batch size and dtype (:func:`fastckpt.plan`, or
         :func:`~fastckpt.planner.plan.shard_plan` for a tensor shard).
-    loss : {"quadratic", "cross_entropy"}, optional
-        Sigmoid output with the quadratic loss, or softmax output with cross-entropy.
+    loss : {"quadratic", "cross_entropy", "squared_error"}, optional
+        Sigmoid output with the quadratic loss, softmax output with cross-entropy, or an identity (linear)
+        output with the squared error (regression).
     l2 : float or sequence of float, optional
         L2 penalty ``0.5 * l2 * ||W||^2`` per layer.
     activation : str or sequence of str, optional
-        The hidden layers' activation, ``"sigmoid"`` (default), ``"tanh"`` or ``"relu"``,
+        The hidden layers' activation, ``"sigmoid"`` (default), ``"tanh"``, ``"relu"`` or ``"identity"``,
         or one per hidden layer (:mod:`fastckpt.core.activations`).
     acts : sequence of int, optional
         The activation codes of the states ``a[0] .. a[L]``, instead of ``activation`` and

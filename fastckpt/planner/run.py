@@ -28,8 +28,8 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
     peak (NOTE [ Inference bytes ]); ``staged``: the data is not C-contiguous in ``dtype`` (Images are not);
     ``labels``: ``evaluate``'s labels, when known (one-hot rows are held as class indices through the call,
     and integer labels of another type than the arg-max's are cast a chunk at a time to compare)."""
-    if what not in ("evaluate", "predict", "feedforward"):
-        raise ValueError(f"what must be 'evaluate', 'predict' or 'feedforward', got {what!r}")
+    if what not in ("evaluate", "predict", "feedforward", "validate"):
+        raise ValueError(f"what must be 'evaluate', 'validate', 'predict' or 'feedforward', got {what!r}")
     itemsize = np.dtype(dtype).itemsize
     rows = min(int(chunk), int(n_rows))
     widest = max(sizes[1:])
@@ -45,7 +45,9 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
                                  for m in {rows, int(n_rows) % rows or rows}
                                  for n_in, n_out in zip(sizes[:-1], sizes[1:])) else 0
     after = rows * 9 if what == "evaluate" else 0       # a chunk's int64 arg-max and its comparison
-    if what == "evaluate" and labels is not None:
+    if what == "validate":      # a validation set's loss and score: a few float64 sums (fastckpt.engine.scores)
+        total += 8 * (3 * sizes[-1] if labels is not None and np.ndim(labels) > 1 else 2)
+    elif what == "evaluate" and labels is not None:
         y = labels if isinstance(labels, np.ndarray) else np.asarray(labels)
         total += 0 if y is labels else y.nbytes         # a list becomes an array for the call
         if y.ndim > 1:
@@ -61,8 +63,10 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # C-contiguous in the net's dtype (compact Images and integer labels always are converted); with a new
 # order each epoch, that order (int64 per sample) and a minibatch gathered from the data in it; the
 # records of :func:`record_bytes`; and after each epoch, one at a time, the evaluations of the test and
-# the validation set, each through its chunk's buffers (NOTE [ Inference bytes ]), or a save, which
-# writes each array from where it is (numpy's writer copies at most 16 MiB of one array at a time).
+# the validation set (its loss and score, ``what="validate"``), each through its chunk's buffers (NOTE
+# [ Inference bytes ]), or a save, which writes each array from where it is (numpy's writer copies at most
+# 16 MiB of one array at a time).  Early stopping that restores the best weights keeps one copy of the
+# parameters (``best weights``).
 # The step's workspace lives through the run, so these add to it, but not to the step's BLAS job
 # table, which lives only inside a GEMM.  Nothing else grows with the data, the batch or the updates:
 # the minibatches are taken by their start (a ``range``, no object each), and the run keeps the
@@ -78,7 +82,8 @@ NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS 
 OBJECTS_BASE, OBJECTS_PER_LAYER, OBJECTS_PER_OP = 20 * 1024, 1250, 290
 OBJECTS_COMMAND = 52 * 1024      # the command's own besides: its parsed arguments, its result, its data's names
 UPDATE_BYTES = 32 + 24 + 24   # per update: its RSS (an int below 2**60) and time in the lab's lists, its loss
-EPOCH_BYTES = 4 * 24          # per epoch: its rate, mean loss and accuracies in ``net.history``
+EPOCH_BYTES = 5 * 24          # per epoch: its rate, mean loss, accuracy, validation loss and score in
+HISTORY_LISTS = 5             # ``net.history``'s five lists
 SAVE_EXTRA = 64 * 1024        # the zip archive's buffers and the metadata of one save
 
 
@@ -92,11 +97,11 @@ def list_slots(n):
 
 def record_bytes(updates, epochs=1):
     """What a run of ``updates`` updates over ``epochs`` epochs records: the lab's two lists of every update's
-    RSS and time, the last epoch's list of losses, and ``net.history``'s four lists, slots included."""
+    RSS and time, the last epoch's list of losses, and ``net.history``'s lists, slots included."""
     updates, epochs = int(updates), max(1, int(epochs))
     per_epoch = updates // epochs
     return (updates * (UPDATE_BYTES - 24) + per_epoch * 24 + 8 * (2 * list_slots(updates) + list_slots(per_epoch))
-            + epochs * EPOCH_BYTES + 8 * 4 * list_slots(epochs))
+            + epochs * EPOCH_BYTES + 8 * HISTORY_LISTS * list_slots(epochs))
 
 
 def data_bytes(*arrays):
@@ -127,14 +132,15 @@ def object_bytes(plan, command=False):
 
 
 def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
-              command=False):
+              command=False, best=False):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
     validation set held out of the training data is given as both parts, views of it); ``updates`` how many
     updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
     each epoch takes the minibatches in a new order; ``command``: the run is ``fastckpt train``'s (its Python
-    objects, :func:`object_bytes`).  Returns an ordered dict whose last entry, ``total``,
+    objects, :func:`object_bytes`); ``best``: early stopping keeps the best epoch's weights.  Returns an ordered
+    dict whose last entry, ``total``,
     is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
     sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
     a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
@@ -150,9 +156,12 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
         parts["gathered"] = data_bytes(x[:batch], y[:batch])
     parts["records"] = record_bytes(updates, epochs)
     parts["python objects"] = object_bytes(plan, command)
+    if best:
+        parts["best weights"] = plan.bytes()["parameters"]
     after = []
     evaluations = [inference_bytes(sizes, len(pair[0]), dtype, staged=staged(pair[0], dtype), labels=pair[1],
-                                   blas_threads=plan.blas_threads) for pair in (test, validation) if pair is not None]
+                                   blas_threads=plan.blas_threads, what=what)
+                   for pair, what in ((test, "evaluate"), (validation, "validate")) if pair is not None]
     if evaluations:                   # the test set's, then the validation set's: the larger counts
         parts["evaluation"] = max(evaluations)
         after.append(parts["evaluation"])
@@ -166,7 +175,7 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     during = parts["step: blas"] + parts.get("gathered", 0)
     parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
     parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
-        parts["python objects"] + \
+        parts["python objects"] + parts.get("best weights", 0) + \
         parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
     return parts
 
@@ -238,14 +247,15 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     def whole(p):
         return run_bytes(p, training, test, updates=updates, save=save, **around)["total"] + extra
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
-    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + extra
+    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + \
+        rest.get("best weights", 0) + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
     beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
                  rest.get("saving", 0) - rest["step: blas"])
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
-                                  "saving"))
+                                  "saving", "best weights"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
     budget, tried = bound - others - beside, {}
     if budget <= 0:
@@ -296,18 +306,18 @@ def least_step(planned):
         return exc.minimum_bytes
 
 
-def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, **around):
+def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, extra=0, **around):
     """The whole run's parts (:func:`run_bytes`) when its predicted peak is within ``bound`` (bytes, or a
     string such as ``"256MiB"``); else a ValueError naming ``name``, the parts, and the ``fit`` strategy
-    whose step would keep the run within the bound (when one would).  ``held``: every array the caller
-    keeps for the run (the data before a validation split, a validation set, class indices made of one-hot
-    validation rows), counted whole instead of ``training``, ``test`` and ``validation``; ``around``:
-    :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``."""
+    whose step would keep the run within the bound (when one would).  ``held``: every array the caller keeps for
+    the run (the data before a validation split, a validation set, class indices made of one-hot validation rows),
+    counted whole instead of ``training``, ``test`` and ``validation``; ``extra``: bytes the caller holds
+    besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled`` and ``best``."""
     from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
     refuse_under_mkl(name, bound)
     parts = run_bytes(plan, training, test, updates=updates, **around)
-    extra = data_bytes(*held) - parts["data"] if held is not None else 0
+    extra += data_bytes(*held) - parts["data"] if held is not None else 0
     if extra:
         parts["besides"] = extra
         parts["total"] += extra
@@ -317,6 +327,7 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
                       optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
                       extra=extra, **around)
     shown = ", ".join(f"{part} {shown_bytes(parts[part])}" for part in
-                      ("data", "step: total", "staging", "order", "records", "evaluation", "besides") if part in parts)
+                      ("data", "step: total", "staging", "order", "records", "evaluation", "best weights", "besides")
+                      if part in parts)
     raise ValueError(f"{name} {format_bytes(bound)}: this run needs {shown_bytes(parts['total'])} with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")
