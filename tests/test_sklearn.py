@@ -235,7 +235,8 @@ def test_bad_arguments_are_named_in_fit(rng, params, message):
 
 def test_verbose_prints_scikit_learns_lines(rng, capsys):
     x, y = _regression(rng, n=60)
-    MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, verbose=True, random_state=0, early_stopping=True).fit(x, y)
+    with pytest.warns(ConvergenceWarning, match=r"Maximum iterations \(2\) reached"):     # as scikit-learn's says
+        MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, verbose=True, random_state=0, early_stopping=True).fit(x, y)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(",")[0].split(":")[0] for line in lines] == ["Iteration 1", "Validation score",
                                                                    "Iteration 2", "Validation score"]
