@@ -281,7 +281,8 @@ def test_nothing_of_a_train_run_grows_beside_its_prediction(small_test_set, flag
         return kind(args[args.index(flag) + 1]) if flag in args else default
     run = SimpleNamespace(sizes=[784, 128, 128, 10], batch_size=trained["batch_size"], dtype="float64",
                           strategy=parse_strategy(trained["strategy"]), sgd_in_backward=False, optimizer="sgd",
-                          validation=given("--validation", float), shuffle=given("--shuffle", int))
+                          validation=given("--validation", float), shuffle=given("--shuffle", int),
+                          data=str(small_test_set))
     training, test = load_data(str(small_test_set), run.sizes)
     predicted = whole_run(run, training, test, given("--epochs", int), False)
     assert -64 * 1024 <= peak - predicted["total"] <= 0, (peak, predicted)      # the bound holds, and is close
@@ -327,3 +328,101 @@ def test_sgd_max_memory_holds_with_every_optimizer(optimizer, fused):
     memray_peak(run)                                                    # the warm-up, under memray too
     peak = memray_peak(run)
     assert -64 * 1024 <= peak - bound <= 0, (peak, bound)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.bounds
+def test_a_train_run_on_float_images_holds_them_once(dtype, tmp_path, capsys):
+    """``train --data`` on an npz of float images: the loader used to copy float64 images (``astype``) and check
+    them all at once (a bool array an eighth of their size), and to make float32 ones float64, so that loading
+    peaked at twice the data, over the whole run's bound.  Now the images are held as the file has them (float32
+    rows converted a minibatch at a time) and checked a few rows at a time: the run peaks where it is predicted."""
+    from types import SimpleNamespace
+
+    from fastckpt.cli.bound import whole_run
+    from fastckpt.cli.data import load_data
+    rng = np.random.default_rng(8)
+    path = tmp_path / "floats.npz"
+    np.savez(path, x_train=rng.random((3000, 784), dtype=dtype), y_train=rng.integers(0, 10, 3000),
+             x_test=rng.random((500, 784), dtype=dtype), y_test=rng.integers(0, 10, 500))
+    sizes = [784, 32, 10]
+    training, test = load_data(str(path), sizes)
+    assert training[0].dtype == dtype and test[0].dtype == dtype
+    run = SimpleNamespace(sizes=sizes, batch_size=100, dtype="float64", strategy=fastckpt.planner.parse_strategy(
+        "plain"), sgd_in_backward=False, optimizer="sgd", validation=None, shuffle=None, data=str(path))
+    predicted = whole_run(run, training, test, 1, False)["total"]
+    del training, test
+    args = ["train", "--sizes", "784,32,10", "--data", str(path), "--batch-size", "100", "--epochs", "1", "--json"]
+    bounded = args + ["--max-memory", str(predicted)]
+    memray_peak(lambda: (cli.main(args), cli.main(bounded)))               # the warm-up, under memray too
+    capsys.readouterr()
+    peak = memray_peak(lambda: cli.main(args))
+    assert json.loads(capsys.readouterr().out)["strategy"] == "plain"
+    assert -64 * 1024 <= peak - predicted <= 0, (peak, predicted)      # 2x the data before: 44 MB over, float64
+    peak = memray_peak(lambda: cli.main(bounded))
+    assert json.loads(capsys.readouterr().out)["strategy"].startswith("fit(")
+    assert peak <= predicted, (peak, predicted)
+
+
+def _idx_folder(folder, rng, n_train, n_test):
+    for name, shape in (("train-images-idx3-ubyte", (n_train, 28, 28)), ("train-labels-idx1-ubyte", (n_train,)),
+                        ("t10k-images-idx3-ubyte", (n_test, 28, 28)), ("t10k-labels-idx1-ubyte", (n_test,))):
+        arr = rng.integers(0, 10 if len(shape) == 1 else 256, shape, dtype=np.uint8)
+        header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        with gzip.open(folder / (name + ".gz"), "wb", compresslevel=1) as f:
+            f.write(header + arr.tobytes())
+    return folder
+
+
+@pytest.mark.parametrize("source", ["embedded", "idx", "npz-int64", "npz-onehot-deflated", "npz-big-endian"])
+def test_the_loader_holds_the_data_and_what_loading_bytes_says(source, tmp_path):
+    """memray's peak over ``load_mnist(path, compact=True)`` is the arrays it returns and, besides them, the file's
+    arrays it converts and at most READ_BYTES of reading and checking (it read npz members through numpy, two
+    buffers of 256 KiB, and IDX files 1 MiB at a time)."""
+    from fastckpt.data import READ_BYTES, loading_bytes
+    rng = np.random.default_rng(9)
+    path = None if source == "embedded" else tmp_path / "data.npz"
+    if source == "idx":
+        path = _idx_folder(tmp_path, rng, 6000, 1000)
+    elif source != "embedded":
+        x, xt = rng.random((6000, 784)), rng.random((1000, 784))
+        y, yt = rng.integers(0, 10, 6000), rng.integers(0, 10, 1000)
+        if source == "npz-onehot-deflated":
+            np.savez_compressed(path, x_train=x, y_train=np.eye(10)[y], x_test=xt, y_test=np.eye(10)[yt])
+        else:
+            kind = ">f8" if source == "npz-big-endian" else "<f8"
+            np.savez(path, x_train=x.astype(kind), y_train=y, x_test=xt.astype(kind), y_test=yt)
+    held = {}
+
+    def load():
+        held["data"] = fastckpt.load_mnist(path, compact=True)
+    memray_peak(load)
+    held.clear()
+    peak = memray_peak(load)
+    kept = sum(a.nbytes for pair in held["data"] for a in pair)
+    assert 0 <= loading_bytes(path) - (peak - kept) <= READ_BYTES, (peak - kept, loading_bytes(path))
+
+
+@pytest.mark.bounds
+def test_a_train_run_whose_peak_is_loading_its_data_is_bounded(tmp_path, capsys):
+    """One-hot float64 labels are 80 bytes a sample in the file and one as the class indices a run keeps: loading
+    them can be the run's peak (a narrow float32 net on float32 images adds less), counted as ``loading``."""
+    from fastckpt.data import READ_BYTES
+    rng = np.random.default_rng(10)
+    path = tmp_path / "onehot.npz"
+    np.savez(path, x_train=rng.random((12_000, 784), dtype=np.float32), y_train=np.eye(10)[rng.integers(0, 10, 12_000)],
+             x_test=rng.random((1000, 784), dtype=np.float32), y_test=np.eye(10)[rng.integers(0, 10, 1000)])
+    args = ["--sizes", "784,10", "--data", str(path), "--batch-size", "1000", "--epochs", "1", "--dtype", "float32",
+            "--json"]
+    assert cli.main(["plan", *args]) == 0
+    predicted = json.loads(capsys.readouterr().out)["whole_run"]
+    assert predicted["loading"] > 0, predicted
+    bound = ["--max-memory", str(predicted["total"])]
+    memray_peak(lambda: (cli.main(["train", *args]), cli.main(["train", *args, *bound])))   # the warm-up
+    for flags in ([], bound):
+        peak = memray_peak(lambda flags=flags: cli.main(["train", *args, *flags]))
+        assert -READ_BYTES <= peak - predicted["total"] <= 0, (peak, predicted)
+    capsys.readouterr()
+    assert cli.main(["train", *args, "--max-memory", str(predicted["total"] - 1)]) == 2
+    assert f"--max-memory {predicted['total'] - 1}: loading the data needs" in capsys.readouterr().err
+

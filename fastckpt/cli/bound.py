@@ -6,9 +6,12 @@ a bound the run cannot keep is refused before training, line by line.
 """
 from dataclasses import replace
 
+from fastckpt.data import loading_bytes
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import fit_the_run, refuse_under_mkl, run_bytes
 from fastckpt.planner.strategies import Fit
+
+from .data import data_path
 
 
 def whole_run(run, training, test, epochs, save):
@@ -31,12 +34,14 @@ def step_strategy(run, training, test, epochs, save):
 
 def _around(run, training, epochs):
     """The pair ``train`` trains on (its --validation held out of the end, as ``Network.SGD`` holds it out)
-    and :func:`~fastckpt.planner.run.run_bytes`' ``epochs``, ``validation`` and ``shuffled`` of ``run``."""
+    and :func:`~fastckpt.planner.run.run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
+    ``loading`` (what loading ``--data`` holds besides it) of ``run``."""
     (x, y), validation = training, None
     if run.validation:
         split = int(len(x) * (1 - run.validation))
         (x, y), validation = (x[:split], y[:split]), (x[split:], y[split:])
-    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True}
+    return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True,
+                    "loading": loading_bytes(data_path(run.data))}
 
 
 def bounded(args, run, state, *, whole, training, test):

@@ -80,7 +80,7 @@ def show_plan(args):
     if args.data is not None:
         run = SimpleNamespace(sizes=args.sizes, batch_size=args.batch_size, dtype=args.dtype, strategy=args.strategy,
                               sgd_in_backward=args.sgd_in_backward, optimizer=args.optimizer, validation=None,
-                              shuffle=None)
+                              shuffle=None, data=args.data)
         training, test = load_data(args.data, args.sizes)
         if args.max_memory is not None:
             run.strategy = step_strategy(run, training, test, args.epochs, False)

@@ -70,6 +70,9 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # An optimizer's objects are SGD's (its state's bytes are the step's part): a step calls no ``list(...)``,
 # whose list CPython allocates anew every time and, once freed, keeps on its free list (up to 80 of 56 bytes,
 # which only ``[...]`` takes again): a list per update of the state's rows and of Adam's betas held 1.6-3.5 KB.
+# ``fastckpt train`` loads its data first, beside nothing but its own objects: the loader holds the data, a
+# chunk of reading and the file's arrays it converts (one-hot labels, say) until it returns
+# (:func:`fastckpt.data.loading_bytes`), the part ``loading`` where that is more than the run adds.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
@@ -130,14 +133,16 @@ def object_bytes(plan, command=False):
 
 
 def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
-              command=False):
+              command=False, loading=0):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
     validation set held out of the training data is given as both parts, views of it); ``updates`` how many
     updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
     each epoch takes the minibatches in a new order; ``command``: the run is ``fastckpt train``'s (its Python
-    objects, :func:`object_bytes`).  Returns an ordered dict whose last entry, ``total``,
+    objects, :func:`object_bytes`); ``loading``: what the data's loader held besides the data, before the run
+    (:func:`fastckpt.data.loading_bytes`), a part (by how much) where it is more than the run adds to the data
+    and its objects.  Returns an ordered dict whose last entry, ``total``,
     is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
     sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
     a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
@@ -168,9 +173,13 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     # others are taken off again
     during = parts["step: blas"] + parts.get("gathered", 0)
     parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
-    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
-        parts["python objects"] + \
-        parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
+    total = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
+        parts["python objects"] + parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
+    beyond = int(loading) - (total - parts["data"] - parts["python objects"])
+    if beyond > 0:          # before the run, beside the data and objects alone: counted where it is the larger
+        parts["loading"] = beyond
+        total += beyond
+    parts["total"] = total
     return parts
 
 
@@ -224,8 +233,8 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
                 optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0, **around):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
     staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
-    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``): a step planned
-    with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
+    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
+    ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
     cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
@@ -235,6 +244,8 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
+    if around.get("loading"):
+        refuse_loading(name, bound, rest, around["loading"], extra)
     others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
@@ -243,7 +254,7 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     budget = bound - others - beside
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
-                                  "saving"))
+                                  "saving", "loading"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
     least = None
     for _ in range(4):               # a plan that recomputes has more ops, so more Python objects: take them off
@@ -264,6 +275,18 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
                          f"before its training step: {parts}")
     raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {shown_bytes(need)}: "
                      f"{parts}, and the least training step {shown_bytes(least)}")
+
+
+def refuse_loading(name, bound, parts, loading, extra=0):
+    """A ValueError naming ``name`` and ``bound`` when loading the data does not fit it: the data, what its
+    loader holds besides (``loading``), the run's Python objects (of ``parts``) and ``extra``."""
+    from .strategies import format_bytes
+    loaded = parts["data"] + parts["python objects"] + loading + extra
+    if loaded > bound:
+        raise ValueError(f"{name} {format_bytes(bound)}: loading the data needs {shown_bytes(loaded)}: data "
+                         f"{shown_bytes(parts['data'])}, its loader's reading and conversions {shown_bytes(loading)}"
+                         f", python objects {shown_bytes(parts['python objects'])}"
+                         + (f", besides {shown_bytes(extra)}" if extra else ""))
 
 
 def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, **around):
