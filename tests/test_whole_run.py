@@ -426,3 +426,15 @@ def test_a_train_run_whose_peak_is_loading_its_data_is_bounded(tmp_path, capsys)
     assert cli.main(["train", *args, "--max-memory", str(predicted["total"] - 1)]) == 2
     assert f"--max-memory {predicted['total'] - 1}: loading the data needs" in capsys.readouterr().err
 
+
+def test_the_bytes_of_listed_data_are_found_without_making_it_an_array():
+    """data_bytes used to make a list an array to measure it: a copy of all of it, beside the list."""
+    from fastckpt.planner.run import data_bytes, listed_layout
+    rng = np.random.default_rng(11)
+    rows, labels = [rng.random(784) for _ in range(2000)], [int(v) for v in rng.integers(0, 10, 2000)]
+    for listed in (rows, labels, [[0.5] * 784] * 50, [rng.random((784, 1)).astype(np.float32)] * 40, [1, 2.5], []):
+        made = np.asarray(listed)
+        assert listed_layout(listed) == (made.shape, made.dtype) and data_bytes(listed) == made.nbytes
+    memray_peak(lambda: data_bytes(rows, labels))
+    assert memray_peak(lambda: data_bytes(rows, labels)) < 16 * 1024          # the rows are 12.5 MB
+

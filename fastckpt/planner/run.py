@@ -46,11 +46,12 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
                                  for n_in, n_out in zip(sizes[:-1], sizes[1:])) else 0
     after = rows * 9 if what == "evaluate" else 0       # a chunk's int64 arg-max and its comparison
     if what == "evaluate" and labels is not None:
-        y = labels if isinstance(labels, np.ndarray) else np.asarray(labels)
-        total += 0 if y is labels else y.nbytes         # a list becomes an array for the call
-        if y.ndim > 1:
+        listed = not isinstance(labels, np.ndarray)
+        shape, kind = listed_layout(labels) if listed else (labels.shape, labels.dtype)
+        total += listed_bytes(labels) if listed else 0  # a list becomes an array for the call
+        if len(shape) > 1:
             total += int(n_rows) * 8                    # one-hot rows: their arg-max, every row's class
-        elif y.dtype != np.intp:
+        elif kind != np.intp:
             after += rows * 8                           # NumPy's buffer of a chunk's labels cast to int64
     return total + max(blas, after)
 
@@ -107,8 +108,30 @@ def record_bytes(updates, epochs=1):
 
 def data_bytes(*arrays):
     """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes; for a list
-    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside)."""
-    return sum(int(a.nbytes if hasattr(a, "nbytes") else np.asarray(a).nbytes) for a in arrays if a is not None)
+    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside,
+    :func:`listed_bytes`)."""
+    return sum(int(a.nbytes) if hasattr(a, "nbytes") else listed_bytes(a) for a in arrays if a is not None)
+
+
+def listed_bytes(rows):
+    """The bytes ``np.asarray(rows)`` would hold, found without making it (:func:`listed_layout`)."""
+    shape, dtype = listed_layout(rows)
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def listed_layout(rows):
+    """The shape and type ``np.asarray(rows)`` would have, found a row at a time without making it: each row's
+    shape and type (an array's own, else those of the row alone as an array, the one copy of a row at a time),
+    the first row's shape for every row (the checks refuse ragged data) and the type they all promote to."""
+    shape, types = None, set()
+    for row in rows:
+        if not (hasattr(row, "shape") and hasattr(row, "dtype")):
+            row = np.asarray(row)                        # a number, or a list of them: one row
+        shape = row.shape if shape is None else shape
+        types.add(row.dtype)
+    if shape is None:
+        return (0,), np.dtype(np.float64)
+    return (len(rows), *shape), np.result_type(*types)
 
 
 def staged(a, dtype):
