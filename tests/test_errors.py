@@ -79,6 +79,16 @@ def test_float32_overflowing_input_is_caught():
         net.backprop(np.full((2, 4), 1e39), np.zeros((2, 2)))
 
 
+def test_listed_training_rows_are_checked_a_chunk_at_a_time_and_named_as_their_slice():
+    net = Network([4, 3, 2])
+    rows = [np.zeros(4)] * 5000 + [np.zeros(3)] + [np.zeros(4)] * 10          # 4096 rows of 4 a check
+    with pytest.raises(ValueError, match=r"training_data\[0\]\[4096:8192\] must have shape \(batch, 4\)"):
+        net.SGD((rows, np.zeros(5011, dtype=int)), 1, 10, 0.1, verbose=False)
+    rows[5000] = np.array([0.0, np.nan, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"training_data\[0\] contains NaN or inf \(first at index \(5000, 1\)"):
+        net.SGD((rows, np.zeros(5011, dtype=int)), 1, 10, 0.1, verbose=False)
+
+
 @pytest.mark.parametrize("eta,exc", [(np.nan, ValueError), (-1.0, ValueError), ("fast", TypeError)])
 def test_bad_eta(eta, exc):
     with pytest.raises(exc, match="eta"):

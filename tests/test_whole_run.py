@@ -438,3 +438,26 @@ def test_the_bytes_of_listed_data_are_found_without_making_it_an_array():
     memray_peak(lambda: data_bytes(rows, labels))
     assert memray_peak(lambda: data_bytes(rows, labels)) < 16 * 1024          # the rows are 12.5 MB
 
+
+@pytest.mark.bounds
+def test_sgd_max_memory_holds_for_data_given_as_lists():
+    """Checking listed rows made them one array (as measuring them did): 15 MB over the bound of a 27 MB run."""
+    from fastckpt.engine.loop import held_arrays
+    from fastckpt.planner.run import bound_the_run
+    sizes, batch = [784, 128, 64, 10], 100
+
+    def data(seed):
+        rng = np.random.default_rng(seed)
+        return ([rng.random(784) for _ in range(3000)], [int(v) for v in rng.integers(0, 10, 3000)]), \
+            (rng.random((700, 784)), rng.integers(0, 10, 700))
+    training, test = data(12)
+    net = fastckpt.Network(sizes)
+    bound = bound_the_run(net.plan(batch), training, test, updates=30, bound=2**30,
+                          held=held_arrays(training, test, None))["total"]
+
+    def run():
+        training, test = data(13)
+        fastckpt.Network(sizes).SGD(training, 1, batch, 0.01, test_data=test, verbose=False, max_memory=bound)
+    memray_peak(run)                                                    # the warm-up, under memray too
+    peak = memray_peak(run)
+    assert peak <= bound, (peak, bound)

@@ -9,7 +9,8 @@ import warnings
 
 import numpy as np
 
-from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
+from fastckpt.core.checks import (as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int,
+                                  check_rows)
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.core.resources import ResidentBytes
 from fastckpt.data.images import Images
@@ -23,7 +24,7 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     epochs = check_positive_int(epochs, "epochs", minimum=0)
     mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
     eta = check_eta(eta)
-    check_finite_rows(as_batch(x_train, net.sizes[0], "training_data[0]", "input"), "training_data[0]")
+    check_rows(x_train, net.sizes[0], "training_data[0]", "input")        # a list a few rows at a time
     y_rows = as_targets(y_train, net.sizes[-1], "training_data[1]")     # one-hot rows or integer labels
     if y_rows.ndim == 2:
         check_finite_rows(y_rows, "training_data[1]")
