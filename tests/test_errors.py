@@ -103,7 +103,7 @@ def test_float64_data_past_a_float32_net_s_range_is_refused_before_anything_trai
     net = Network([4, 3, 2], dtype=np.float32)
     before = [w.copy() for w in net.weights]
     with pytest.raises(ValueError, match=said + r", past the range of the net's float32 \(magnitudes up to "
-                                       r"3.402823e\+38\): converted to float32 it would be inf; .* nothing was trained"):
+                       r"3.402823e\+38\): converted to float32 it would be inf; .* nothing was trained"):
         net.SGD(data, 1, 100, 0.1, verbose=False, **kwargs)
     assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))
     x[np.abs(x) > 1] = 3.4028234e38                          # the largest float32, as float64: still in range

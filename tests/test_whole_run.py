@@ -126,10 +126,12 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
                      "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["largest"]
     training, test = fastckpt.load_mnist(compact=True)
+    from fastckpt.data import loading_bytes
     from fastckpt.planner.run import largest_batch
+    loading = loading_bytes(None)                  # what loading the embedded digits holds besides them
     for row in rows:
         batch = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
-                              optimizer_in_backward=row["optimizer_in_backward"], command=True)[0]
+                              optimizer_in_backward=row["optimizer_in_backward"], command=True, loading=loading)[0]
         assert row["batch"] == batch, row
     assert cli.main(["plan", "--sizes", "784,64,64,10", "--max-memory", "40MiB", "--max-batch", "--epochs", "1",
                      "--optimizer", "adam", "--json"]) == 0
@@ -138,7 +140,7 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
     for row, sgd in zip(adam["largest"], rows):
         batch, p, parts = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
                                         optimizer_in_backward=row["optimizer_in_backward"], optimizer="adam",
-                                        command=True)
+                                        command=True, loading=loading)
         assert (row["batch"], row["whole_run_bytes"]) == (batch, parts["total"]) and row["batch"] < sgd["batch"]
         assert parts["step: optimizer_state"] == 2 * p.bytes()["parameters"]
     assert cli.main(["plan", "--max-batch"]) == 2

@@ -207,10 +207,10 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
 
 
 def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
-                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False):
+                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False, loading=0):
     """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
-    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``), or None when not
-    even batch 1 fits.
+    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``, ``loading``: what
+    loading its data holds besides it), or None when not even batch 1 fits.
 
     The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
     grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
@@ -220,7 +220,8 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
     def run(b):
         p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
-        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command,
+                            loading=loading)
 
     def fits(b):
         return run(b)[1]["total"] <= bound
@@ -257,8 +258,8 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
     staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
     holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
-    ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
-    cannot fit."""
+    ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name``
+    and each part when the run cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
     refuse_under_mkl(name, bound)
