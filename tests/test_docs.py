@@ -28,7 +28,7 @@ SETUP = {
     ("docs/data-parallel.md", 0): dict(before="import numpy as np\nfrom fastckpt import Network, load_mnist\n"
                                               "(x_train, y_train), _ = load_mnist()\n"
                                               "net = Network([784, 40, 30, 10])\n"),
-    ("docs/model-parallel.md", 0): dict(ranks=8),
+    ("docs/model-parallel.md", 0): dict(ranks=8),          # one trainer over a 2 x 2 x 2 grid
     ("docs/planning.md", 1): dict(argv=["8", "revolve(4)"]),
 }
 

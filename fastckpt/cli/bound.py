@@ -8,9 +8,12 @@ cannot keep is refused before training, line by line.
 from dataclasses import replace
 
 from fastckpt.core.losses import is_regression
+from fastckpt.data import loading_bytes
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import fit_the_run, refuse_under_mkl, run_bytes
 from fastckpt.planner.strategies import Fit
+
+from .data import data_path
 
 
 def whole_run(run, training, test, epochs, save):
@@ -39,13 +42,15 @@ def step_strategy(run, training, test, epochs, save):
 
 def _around(run, training, epochs):
     """The pair ``train`` trains on (its --validation held out of the end, as ``Network.SGD`` holds it out)
-    and :func:`~fastckpt.planner.run.run_bytes`' ``epochs``, ``validation`` and ``shuffled`` of ``run``."""
+    and :func:`~fastckpt.planner.run.run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
+    ``loading`` (what loading ``--data`` holds besides it) of ``run``."""
     (x, y), validation = training, None
     if run.validation:
         split = int(len(x) * (1 - run.validation))
         (x, y), validation = (x[:split], y[:split]), (x[split:], y[split:])
     return (x, y), {"epochs": epochs, "validation": validation, "shuffled": run.shuffle is not None, "command": True,
-                    "best": getattr(run, "early_stopping", None) is not None}
+                    "best": getattr(run, "early_stopping", None) is not None,
+                    "loading": loading_bytes(data_path(run.data))}
 
 
 def _besides(run, validation):

@@ -10,7 +10,16 @@ import warnings
 
 import numpy as np
 
-from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
+from fastckpt.core.checks import (
+    as_batch,
+    as_labels,
+    as_targets,
+    check_eta,
+    check_finite_rows,
+    check_in_range,
+    check_positive_int,
+    check_rows,
+)
 from fastckpt.core.losses import is_regression
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.core.resources import ResidentBytes
@@ -25,10 +34,11 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     epochs = check_positive_int(epochs, "epochs", minimum=0)
     mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
     eta = check_eta(eta)
-    check_finite_rows(as_batch(x_train, net.sizes[0], "training_data[0]", "input"), "training_data[0]")
+    check_rows(x_train, net.sizes[0], "training_data[0]", "input", net.dtype)    # finite in the net's dtype too
     y_rows = as_targets(y_train, net.sizes[-1], "training_data[1]")     # one-hot rows or integer labels
     if y_rows.ndim == 2:
         check_finite_rows(y_rows, "training_data[1]")
+        check_in_range(y_rows, net.dtype, "training_data[1]")
     n = len(x_train)
     if len(y_train) != n:
         raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
@@ -80,8 +90,8 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
     ``on_epoch``) and gives back its best weights at the end.  The whole run holds the
     net's lock (or ``lock``): it is one call, and other threads' calls wait for it.
     """
-    if test_data is not None:
-        pair(test_data, "test_data")                     # refused before any training, not after an epoch
+    if test_data is not None:                            # refused before any training, not after an epoch
+        check_rows(pair(test_data, "test_data")[0], net.sizes[0], "test_data[0]", "input", net.dtype)
     first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
     if eta is not None:
@@ -200,6 +210,8 @@ def split_validation(net, training_data, validation):
                              f"{n - split} to validate on; each needs at least one")
         training_data, (x_val, y_val) = (x[:split], y[:split]), (x[split:], y[split:])
     x_val = as_batch(x_val, net.sizes[0], "validation[0]", "input")
+    check_finite_rows(x_val, "validation[0]")                # evaluated after each epoch: refused before the first
+    check_in_range(x_val, net.dtype, "validation[0]")
     if is_regression(net.loss):
         return training_data, (x_val, target_rows(y_val, net.sizes[-1], x_val.shape[0],
                                                   ("validation[0]", "validation[1]")))

@@ -254,6 +254,9 @@ class Network(Predicting):
         PyTorch's ``StepLR``/``CosineAnnealingLR`` per epoch from ``first_epoch`` (:mod:`fastckpt.core.lr`).
         ``max_memory`` (bytes or ``"256MiB"``) refuses, before training, a run whose predicted whole-run peak
         (:func:`fastckpt.planner.run.run_bytes`) is above it, naming the parts and a ``fit`` that keeps to it.
+        Before the first update too, the training, test and validation data are checked finite, and within
+        the net's dtype (float64 data past float32's range, for a float32 net): a ValueError names the
+        argument, the index and the value.
         """
         given, (training_data, val_data) = training_data, split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(

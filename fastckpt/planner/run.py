@@ -48,11 +48,12 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
     if what == "validate":      # a validation set's loss and score: a few float64 sums (fastckpt.engine.scores)
         total += 8 * (3 * sizes[-1] if labels is not None and np.ndim(labels) > 1 else 2)
     elif what == "evaluate" and labels is not None:
-        y = labels if isinstance(labels, np.ndarray) else np.asarray(labels)
-        total += 0 if y is labels else y.nbytes         # a list becomes an array for the call
-        if y.ndim > 1:
+        listed = not isinstance(labels, np.ndarray)
+        shape, kind = listed_layout(labels) if listed else (labels.shape, labels.dtype)
+        total += listed_bytes(labels) if listed else 0  # a list becomes an array for the call
+        if len(shape) > 1:
             total += int(n_rows) * 8                    # one-hot rows: their arg-max, every row's class
-        elif y.dtype != np.intp:
+        elif kind != np.intp:
             after += rows * 8                           # NumPy's buffer of a chunk's labels cast to int64
     return total + max(blas, after)
 
@@ -71,6 +72,12 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # table, which lives only inside a GEMM.  Nothing else grows with the data, the batch or the updates:
 # the minibatches are taken by their start (a ``range``, no object each), and the run keeps the
 # Python objects of its net, plan and settings (:func:`object_bytes`), tens of KiB whatever the data.
+# An optimizer's objects are SGD's (its state's bytes are the step's part): a step calls no ``list(...)``,
+# whose list CPython allocates anew every time and, once freed, keeps on its free list (up to 80 of 56 bytes,
+# which only ``[...]`` takes again): a list per update of the state's rows and of Adam's betas held 1.6-3.5 KB.
+# ``fastckpt train`` loads its data first, beside nothing but its own objects: the loader holds the data, a
+# chunk of reading and the file's arrays it converts (one-hot labels, say) until it returns
+# (:func:`fastckpt.data.loading_bytes`), the part ``loading`` where that is more than the run adds.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
@@ -106,8 +113,30 @@ def record_bytes(updates, epochs=1):
 
 def data_bytes(*arrays):
     """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes; for a list
-    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside)."""
-    return sum(int(a.nbytes if hasattr(a, "nbytes") else np.asarray(a).nbytes) for a in arrays if a is not None)
+    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside,
+    :func:`listed_bytes`)."""
+    return sum(int(a.nbytes) if hasattr(a, "nbytes") else listed_bytes(a) for a in arrays if a is not None)
+
+
+def listed_bytes(rows):
+    """The bytes ``np.asarray(rows)`` would hold, found without making it (:func:`listed_layout`)."""
+    shape, dtype = listed_layout(rows)
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def listed_layout(rows):
+    """The shape and type ``np.asarray(rows)`` would have, found a row at a time without making it: each row's
+    shape and type (an array's own, else those of the row alone as an array, the one copy of a row at a time),
+    the first row's shape for every row (the checks refuse ragged data) and the type they all promote to."""
+    shape, types = None, set()
+    for row in rows:
+        if not (hasattr(row, "shape") and hasattr(row, "dtype")):
+            row = np.asarray(row)                        # a number, or a list of them: one row
+        shape = row.shape if shape is None else shape
+        types.add(row.dtype)
+    if shape is None:
+        return (0,), np.dtype(np.float64)
+    return (len(rows), *shape), np.result_type(*types)
 
 
 def staged(a, dtype):
@@ -132,15 +161,17 @@ def object_bytes(plan, command=False):
 
 
 def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
-              command=False, best=False):
+              command=False, best=False, loading=0):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
     validation set held out of the training data is given as both parts, views of it); ``updates`` how many
     updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
     each epoch takes the minibatches in a new order; ``command``: the run is ``fastckpt train``'s (its Python
-    objects, :func:`object_bytes`); ``best``: early stopping keeps the best epoch's weights.  Returns an ordered
-    dict whose last entry, ``total``,
+    objects, :func:`object_bytes`); ``best``: early stopping keeps the best epoch's weights; ``loading``: what
+    the data's loader held besides the data, before the run (:func:`fastckpt.data.loading_bytes`), a part (by
+    how much) where it is more than the run adds to the data and its objects.  Returns an ordered dict whose
+    last entry, ``total``,
     is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
     sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
     a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
@@ -174,17 +205,22 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     # others are taken off again
     during = parts["step: blas"] + parts.get("gathered", 0)
     parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
-    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
+    total = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
         parts["python objects"] + parts.get("best weights", 0) + \
         parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
+    beyond = int(loading) - (total - parts["data"] - parts["python objects"])
+    if beyond > 0:          # before the run, beside the data and objects alone: counted where it is the larger
+        parts["loading"] = beyond
+        total += beyond
+    parts["total"] = total
     return parts
 
 
 def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
-                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False):
+                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False, loading=0):
     """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
-    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``), or None when not
-    even batch 1 fits.
+    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``, ``loading``: what
+    loading its data holds besides it), or None when not even batch 1 fits.
 
     The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
     grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
@@ -194,7 +230,8 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
     def run(b):
         p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
-        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command,
+                            loading=loading)
 
     def fits(b):
         return run(b)[1]["total"] <= bound
@@ -233,9 +270,9 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
                 optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0, **around):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
     staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
-    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``): a step planned
-    with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
-    cannot fit."""
+    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
+    ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name``
+    and each part when the run cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
     refuse_under_mkl(name, bound)
@@ -247,6 +284,8 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     def whole(p):
         return run_bytes(p, training, test, updates=updates, save=save, **around)["total"] + extra
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
+    if around.get("loading"):
+        refuse_loading(name, bound, rest, around["loading"], extra)
     others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + \
         rest.get("best weights", 0) + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
@@ -255,7 +294,7 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
                  rest.get("saving", 0) - rest["step: blas"])
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
-                                  "saving", "best weights"))
+                                  "saving", "best weights", "loading"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
     budget, tried = bound - others - beside, {}
     if budget <= 0:
@@ -304,6 +343,18 @@ def least_step(planned):
         return planned(Fit(1)).bytes()["total"]       # no step fits one byte: InfeasiblePlan says the least
     except InfeasiblePlan as exc:
         return exc.minimum_bytes
+
+
+def refuse_loading(name, bound, parts, loading, extra=0):
+    """A ValueError naming ``name`` and ``bound`` when loading the data does not fit it: the data, what its
+    loader holds besides (``loading``), the run's Python objects (of ``parts``) and ``extra``."""
+    from .strategies import format_bytes
+    loaded = parts["data"] + parts["python objects"] + loading + extra
+    if loaded > bound:
+        raise ValueError(f"{name} {format_bytes(bound)}: loading the data needs {shown_bytes(loaded)}: data "
+                         f"{shown_bytes(parts['data'])}, its loader's reading and conversions {shown_bytes(loading)}"
+                         f", python objects {shown_bytes(parts['python objects'])}"
+                         + (f", besides {shown_bytes(extra)}" if extra else ""))
 
 
 def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, extra=0, **around):
