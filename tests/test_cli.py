@@ -232,8 +232,8 @@ def test_profile_max_memory_profiles_the_step_plan_data_chooses_for_the_bound(tm
     _, _, step, _ = _profiled(proc.stdout)
     assert abs(step - plan["bytes"]["total"]) <= 2**20 / 2000          # the printed MiB's last digit, rounded
     small = _run("profile", "--max-memory", "1MiB", *flags, "--out", str(tmp_path))
-    assert small.returncode == 2 and small.stderr.startswith("fastckpt profile: error: --max-memory 1MiB: the whole "
-                                                             "run needs more than ") and small.stderr.count("\n") == 1
+    assert small.returncode == 2 and small.stderr.startswith("fastckpt profile: error: --max-memory 1MiB: loading the "
+                                                             "data needs ") and small.stderr.count("\n") == 1
 
 
 def test_profile_file_takes_the_batch_rate_and_data_its_training_state_records(tmp_path):

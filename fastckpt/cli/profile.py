@@ -83,7 +83,7 @@ def run_settings(args, saved):
                   for key in (*SHAPING, "batch_size", "eta")}
         values["strategy"] = parse_strategy(values["strategy"])
         # as train runs it without --validation or --shuffle, which profile does not take
-        return SimpleNamespace(**values, validation=None, shuffle=None), args.data
+        return SimpleNamespace(**values, validation=None, shuffle=None, data=args.data), args.data
     given = [f"--{key.replace('_', '-')}" for key in SHAPING if getattr(args, key) is not None]
     if args.max_memory is not None:
         given = [flag for flag in given if flag != "--strategy"] + ["--max-memory"]
