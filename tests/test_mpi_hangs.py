@@ -56,7 +56,7 @@ CASES = {   # (trainer, constructor, rank whose data is spoiled, how, what that 
     "pipeline-y": ("PipelineTrainer", "PipelineTrainer([784, 30, 20, 10], 2)", 1, "y[3, 5] = np.inf",
                    "y holds NaN or inf"),
     "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([784, 30, 20, 10])", 1, "x[0, 0] = np.nan",
-               "x contains NaN or inf"),
+               "x holds NaN or inf"),
 }
 
 

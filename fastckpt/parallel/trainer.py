@@ -349,7 +349,8 @@ class Trainer:
                 refused = None
             except (ValueError, TypeError) as exc:
                 refused = exc
-            refused = refused or self._same_on_shards(None if refused else (xb, yb))
+            differs = self._same_on_shards(None if refused else (xb, yb))       # every shard calls it
+            refused = refused or differs
             if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
                 return False, 0.0, 0.0, refused or ValueError("refused on another rank")
             if self.grid.pipeline == 1 and self.micro_batches == 1:
@@ -421,7 +422,8 @@ class Trainer:
             staged = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
         except (ValueError, TypeError) as exc:
             refused = exc
-        refused = refused or self._same_on_shards(staged)         # every shard refuses, or none
+        differs = self._same_on_shards(staged)                    # every shard calls it: all refuse, or none
+        refused = refused or differs
         try:
             if refused is not None:
                 raise refused
@@ -689,7 +691,7 @@ def _digest(buffers):
 
 def _shown(value):
     """A setting as the ranks compare it."""
-    return [_shown(v) for v in value] if isinstance(value, (list, tuple)) else \
+    return "[" + ", ".join(_shown(v) for v in value) + "]" if isinstance(value, (list, tuple)) else \
         np.dtype(value).name if isinstance(value, type) and issubclass(value, np.generic) else str(value)
 
 
