@@ -293,20 +293,18 @@ with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
 @pytest.mark.parametrize("grid, options", [("tensor=2", ""), ("pipeline=2", ", micro_batches=2"),
                                            ("tensor=2", ", optimizer_in_backward=True")],
                          ids=["tensor", "pipeline", "tensor-in-backward"])
-@pytest.mark.sweep(first=1)
+@pytest.mark.sweep(first=2)
 def test_shards_given_different_mini_batches_or_test_rows_refuse_on_every_rank(tmp_path, grid, options):
-    """Tensor shards all read the whole mini-batch: different ones are refused on each, never trained on; the
-    ranks of a pipeline read x (first stage) and y (last) alone, so theirs may differ.  Every rank runs
+    """Every rank of a replica is given the whole mini-batch (tensor shards read all of it, a pipeline's first
+    stage x and its last y): different ones are refused on each, never trained on (a pipeline trained on one
+    rank's x with another's y).  Every rank runs
     evaluate on the same test rows: another number of rows on one rank is refused on every rank (it used to
     hang, or count another rank's rows)."""
     script = textwrap.dedent(DIFFERENT.format(grid=grid, options=options))
     code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script, str(tmp_path / "said"), timeout=LIMIT)
     assert code == 0 and seconds < LIMIT, err
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
-    if grid == "tensor=2":
-        assert all("the 2 tensor shards of stage 0 were given different mini-batches" in s[0] for s in said), said
-    else:
-        assert said[0][0] == said[1][0] == "trained", said
+    assert all("the 2 ranks of replica 0 were given different mini-batches" in s[0] for s in said), said
     assert all(s[1].startswith("the 2 ranks were given different test data") for s in said), said
     assert all("100 rows" in s[1] and "107 rows" in s[1] for s in said), said
     assert said[0][2] == said[1][2] == "trained", said

@@ -349,7 +349,7 @@ class Trainer:
                 refused = None
             except (ValueError, TypeError) as exc:
                 refused = exc
-            differs = self._same_on_shards(None if refused else (xb, yb))       # every shard calls it
+            differs = self._same_on_shards(None if refused else (x, y))          # every rank calls it
             refused = refused or differs
             if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
                 return False, 0.0, 0.0, refused or ValueError("refused on another rank")
@@ -364,29 +364,29 @@ class Trainer:
             penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
         return bad, loss, penalty, None
 
-    def _same_on_shards(self, staged):
-        """None, or a ValueError on every shard of this stage when they were given different mini-batches (each
-        reads all of ``x`` on the first stage, all of ``y`` on the last): a CRC-32 of what each read, one
-        ``Allreduce`` of two integers over the stage's shards; "refused on another rank" when another shard refused
-        its own.  ``staged``: ``(x, y)``, None if refused here."""
-        tensor = self.places.tensor
-        if tensor is None:
+    def _same_on_shards(self, given):
+        """None, or a ValueError on every rank of this replica when its ranks were given different mini-batches
+        (every stage and shard is given the whole ``x`` and ``y``; the first stage reads ``x``, the last ``y``):
+        a CRC-32 of the ``(x, y)`` each was given, one ``Allreduce`` of two integers over the replica's ranks;
+        "refused on another rank" when another rank refused its own.  ``given``: ``(x, y)``, None if refused."""
+        comm = self.places.replica_comm
+        if comm is None:
             return None
         crc = -1
-        if staged is not None:
-            read = [a for a, used in zip(staged, (self.first, self.last)) if used]
-            crc = zlib.crc32(repr([a.shape for a in read]).encode())
-            for a in read:
-                crc = zlib.crc32(np.ascontiguousarray(a), crc)
+        if given is not None:
+            crc = 0
+            for a in given:
+                crc = _crc32(a, crc)
         seen = np.array([crc, -crc], dtype=np.int64)
-        tensor.Allreduce(self.MPI.IN_PLACE, seen, op=self.MPI.MAX)
+        comm.Allreduce(self.MPI.IN_PLACE, seen, op=self.MPI.MAX)
         most, least = seen[0], -seen[1]
-        if staged is None or most == least:
+        if given is None or most == least:
             return None
         if least == -1:
             return ValueError("refused on another rank")
-        return ValueError(f"the {self.grid.tensor} tensor shards of stage {self.places.stage} were given different "
-                          "mini-batches (every shard of a stage reads the whole x or y): give each the same")
+        return ValueError(f"the {comm.Get_size()} ranks of replica {self.places.replica} were given different "
+                          "mini-batches (every stage and tensor shard of a replica is given the whole x and y, in "
+                          "the same dtype): give each the same")
 
     def _refused_in_replica(self, mine):
         """Whether any rank of this replica refused its mini-batch (``mine``: this one did): its stages and shards
@@ -422,7 +422,7 @@ class Trainer:
             staged = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
         except (ValueError, TypeError) as exc:
             refused = exc
-        differs = self._same_on_shards(staged)                    # every shard calls it: all refuse, or none
+        differs = self._same_on_shards(None if refused else (x, y))   # every rank calls it: all refuse, or none
         refused = refused or differs
         try:
             if refused is not None:
@@ -687,6 +687,22 @@ def _digest(buffers):
     for buf in buffers:
         found.update(buf)
     return found.hexdigest()[:16]
+
+
+def _crc32(a, crc):
+    """CRC-32 of a mini-batch's shape, dtype and values after ``crc``, without copying a contiguous array (any
+    other array, or a list, is read a row at a time)."""
+    if not isinstance(a, np.ndarray):
+        crc = zlib.crc32(f"list of {len(a)}".encode(), crc)
+        for row in a:
+            crc = _crc32(np.asarray(row), crc)
+        return crc
+    crc = zlib.crc32(repr((a.shape, a.dtype.str)).encode(), crc)
+    if a.flags.c_contiguous:
+        return zlib.crc32(a.reshape(-1).view(np.uint8), crc)
+    for row in a:
+        crc = zlib.crc32(np.ascontiguousarray(row).reshape(-1).view(np.uint8), crc)
+    return crc
 
 
 def _shown(value):
