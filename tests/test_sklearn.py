@@ -284,3 +284,50 @@ def test_max_memory_bounds_the_whole_fit_as_memray_measures_it(early_stopping, b
         peak = memray_peak(run)
     assert peak <= bound and held["clf"].net_.plan(1000).recompute_factor > 1, (peak, fit)
     assert peak > bound - 2 * MiB, (peak, fit)                             # and close to it
+
+
+def test_float16_data_fits_as_its_float64_values(rng):
+    """scikit-learn's MLPs take float16 X and y; here they are the net's dtype before the kernels see them."""
+    x, y = _regression(rng, n=60)
+    half = dict(hidden_layer_sizes=(5,), max_iter=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        got = MLPRegressor(**half).fit(x.astype(np.float16), y.astype(np.float16)).predict(x)
+        want = MLPRegressor(**half).fit(x.astype(np.float16).astype(float), y.astype(np.float16).astype(float))
+        clf = MLPClassifier(**half).fit(x.astype(np.float16), y > 0)
+    np.testing.assert_array_equal(got, want.predict(x))
+    assert clf.predict(x.astype(np.float16)).shape == (60,)
+
+
+def test_settings_changed_under_a_warm_start_are_used_as_scikit_learns_are(rng):
+    """set_params between warm fits: the new activation and solver train on from the fitted weights, as
+    scikit-learn's own MLP does (weights and loss curve equal); other layers are refused, naming them."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
+                  random_state=0, max_iter=2, learning_rate_init=0.01, warm_start=True)
+    ours, theirs = MLPRegressor(**common), neural_network.MLPRegressor(**common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for model in (ours, theirs):
+            model.fit(x, y)
+            model.set_params(activation="tanh", momentum=0.5, nesterovs_momentum=False)
+            model.fit(x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours.loss_curve_, theirs.loss_curve_, rtol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for model in (ours, theirs):                      # Adam's epsilon: 1e-4 (test above)
+            model.set_params(solver="adam").fit(x, y)
+    assert repr(ours.net_.optimizer).startswith("adam(")
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    fitted = [c.copy() for c in ours.coefs_]
+    ours.set_params(dtype=np.float32, max_iter=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours.fit(x, y)
+    assert ours.coefs_[0].dtype == np.float32 and not np.array_equal(ours.coefs_[0], fitted[0].astype(np.float32))
+    ours.set_params(hidden_layer_sizes=(7, 3))
+    with pytest.raises(ValueError, match=r"hidden_layer_sizes=\(7, 3\) differs from the fitted net's \(8,\)"):
+        ours.fit(x, y)

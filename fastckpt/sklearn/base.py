@@ -63,13 +63,19 @@ class BaseMLP(BaseEstimator):
         given = (X, y)
         X, y = validate_data(self, X, y, accept_sparse=False, dtype="numeric", multi_output=True,
                              y_numeric=self.loss_name == "squared_error", reset=first)
+        if X.dtype.kind == "f" and X.dtype.itemsize < 4:   # float16: the net's dtype, as scikit-learn's MLPs take it
+            X = X.astype(settings["dtype"])
         y, n_outputs = self._targets(y, first, incremental, classes)   # (n,) class indices, or (n, outputs) rows
+        if y.dtype.kind == "f" and y.dtype.itemsize < 4:
+            y = y.astype(settings["dtype"])
         if not first and self.net_.sizes[-1] != n_outputs:
             raise ValueError(f"y has {n_outputs} outputs, but the net fitted before has {self.net_.sizes[-1]}")
         self.n_outputs_ = n_outputs
         rng = check_random_state(self.random_state)
         if first:
             self._initialize(X.shape[1], settings, rng)
+        elif self._rebuilt(settings):                      # a setting changed since: the weights, a new net
+            pass
         elif not incremental:                              # a warm start: a new optimizer, as scikit-learn's
             self.net_.optimizer_state = OptimizerState(self.net_.optimizer, self.net_.params)
         training, validation, split_at = (X, y), None, 0
@@ -90,6 +96,35 @@ class BaseMLP(BaseEstimator):
         self._train(training, validation, batch, epochs, settings, stopper, rng)
         return self
 
+    @staticmethod
+    def _built_with(settings):
+        """What of ``settings`` the net is built with (the rest is read at every fit)."""
+        return {"hidden_layer_sizes": tuple(settings["hidden"]), "activation": settings["activation"],
+                "dtype": np.dtype(settings["dtype"]).name, "strategy": str(settings["strategy"]),
+                "solver": repr(settings["optimizer"]), "optimizer_in_backward": settings["optimizer_in_backward"]}
+
+    def _rebuilt(self, settings):
+        """On a warm start or a partial fit after ``set_params``: the net built anew with the changed settings
+        and the fitted weights (in the new dtype), with a new optimizer (True); False when nothing it is built
+        with changed.  Other layers than the fitted ones are refused (scikit-learn's MLPs cannot go on either)."""
+        was, now = getattr(self, "_built", None), self._built_with(settings)
+        if was is None or was == now:                      # (an estimator pickled before this was recorded)
+            self._built = now
+            return False
+        if was["hidden_layer_sizes"] != now["hidden_layer_sizes"]:
+            raise ValueError(f"hidden_layer_sizes={now['hidden_layer_sizes']} differs from the fitted net's "
+                             f"{was['hidden_layer_sizes']}: a warm start or partial_fit goes on with the fitted "
+                             "layers; set warm_start=False (or a new estimator) to fit new ones")
+        old, dtype = self.net_, np.dtype(settings["dtype"])
+        self.net_ = NetworkWithCheckpointing.blank(old.sizes, dtype, strategy=settings["strategy"],
+                                                   loss=self.loss_name, activation=settings["activation"],
+                                                   optimizer=settings["optimizer"],
+                                                   optimizer_in_backward=settings["optimizer_in_backward"])
+        self.net_.weights = [w.astype(dtype) for w in old.weights]
+        self.net_.biases = [b.astype(dtype) for b in old.biases]
+        self._built = now
+        return True
+
     def _initialize(self, n_in, settings, rng):
         """A new net, drawn as scikit-learn draws its MLPs' (Glorot-uniform weights and biases, bound
         ``sqrt(6 / (fan_in + fan_out))``, 2 for a logistic net's), and fresh fitted attributes."""
@@ -106,6 +141,7 @@ class BaseMLP(BaseEstimator):
             biases.append(rng.uniform(-limit, limit, fan_out))
         net.weights, net.biases = weights, biases
         self.net_, self.n_iter_, self.t_, self.loss_curve_ = net, 0, 0, []
+        self._built = self._built_with(settings)
         self._stopper, self._epochs = None, 0
         self.best_loss_ = None if settings["early_stopping"] else np.inf
         self.validation_scores_ = [] if settings["early_stopping"] else None
