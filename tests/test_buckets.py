@@ -254,3 +254,30 @@ def test_update_many_refuses_a_bad_count_on_every_rank():
     for said in ("count must be >= 1, got 0", "count must be an integer, got 2.5",
                  "count=1 mini-batches in all, but this replica alone has 2"):
         assert sum(said in line for line in lines) == 2, (said, lines)
+
+
+SENT = """
+import json, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import MPITrainer
+sent = []
+for bucket in (None, 10 * 1024, 10**9):
+    np.random.seed(0)
+    net = fastckpt.Network([784, 64, 10])
+    trainer = MPITrainer(net, bucket_bytes=bucket)
+    rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
+    for _ in range(3):
+        trainer.update_mini_batch(rng.random((20, 784)), rng.random((20, 10)), 0.1)
+    sent.append(trainer.bytes_per_update)
+print(json.dumps([sent, int(net.params.flat.nbytes)]))
+"""
+
+
+@needs_mpi
+def test_bytes_per_update_count_the_buckets_sums():
+    """With buckets the gradient's sum over the replicas is sent as without them (it counted 0 there)."""
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", SENT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sent, nbytes = json.loads(proc.stdout.splitlines()[0])
+    assert sent == [nbytes * 2 * (2 - 1) // 2] * 3, (sent, nbytes)

@@ -447,11 +447,13 @@ class Trainer:
             if not mine and not self._buckets.requests:       # none posted yet: the loss was refused first
                 self._buckets.start_zeros()
             self._buckets.wait()
-            return self._buckets.total
-        self.places.sum_replicas(self._acc, self.MPI)
+            total = self._buckets.total
+        else:
+            self.places.sum_replicas(self._acc, self.MPI)
+            total = self._acc
         count = self.grid.data                                 # as a ring sends it: 2 (D - 1) / D per byte
-        self.stats["bytes_sent"] += self._acc.nbytes * 2 * (count - 1) // count
-        return self._acc
+        self.stats["bytes_sent"] += total.nbytes * 2 * (count - 1) // count
+        return total
 
     def _raise_refused(self, refused, error):
         """A mini-batch refused on some rank: the first such rank's error, raised on every rank (its own where
