@@ -61,6 +61,12 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
     np.save(folder / "x.npy", xt[:7].astype(np.float32))
     proc = _run("predict", "net.npz", "--data", "x.npy", cwd=folder)
     np.testing.assert_array_equal(np.array(proc.stdout.split(), dtype=int), expected["test"][:7])
+    pixels = np.round(xt[:50] * 255).astype(np.uint8)             # uint8 rows are bytes / 255, as train reads them
+    np.save(folder / "u8.npy", pixels)
+    proc = _run("predict", "net.npz", "--data", "u8.npy", cwd=folder)
+    net = fastckpt.load(folder / "net.npz")
+    want = forward(net.weights, net.biases, pixels / 255.0)[-1].argmax(axis=1)
+    np.testing.assert_array_equal(np.array(proc.stdout.split(), dtype=int), want)
 
 
 @pytest.mark.parametrize("args,said", [
@@ -69,6 +75,8 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
     (["predict", "net.npz", "--data", "cols.npy"], "--data 'cols.npy': holds float64 of shape (3, 10); the net "
                                                      "takes rows of 784"),
     (["predict", "net.npz", "--data", "obj.npy"], "--data 'obj.npy': cannot read it as a .npy array"),
+    (["predict", "net.npz", "--data", "ints.npy"], "--data 'ints.npy': holds int64; give floats as the net was "
+                                                     "trained on them, or uint8 bytes"),
     (["predict", "net.npz", "--data", "nan.npy"], "holds NaN or inf"),
     (["predict", "net.npz", "--data", "embedded", "--output", "taken.txt"],
      "--output 'taken.txt' exists; pass --force to overwrite it"),
@@ -94,6 +102,7 @@ def test_bad_input_is_one_line_naming_it(saved, args, said):
     folder, _, _ = saved
     np.save(folder / "x.npy", np.zeros((2, 784)))
     np.save(folder / "cols.npy", np.zeros((3, 10)))
+    np.save(folder / "ints.npy", np.zeros((3, 784), dtype=np.int64))
     np.save(folder / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     np.save(folder / "nan.npy", np.full((2, 784), np.nan))
     np.save(folder / "huge.npy", np.vstack([np.zeros(784), np.full(784, 1e308)]))      # finite, but not in the net

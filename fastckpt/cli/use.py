@@ -96,7 +96,8 @@ def _split(data, split, net):
 
 
 def _inputs(path, n_in):
-    """The rows of a ``.npy`` file of inputs, checked without unpickling anything."""
+    """The rows of a ``.npy`` file of inputs, checked without unpickling anything; uint8 rows are bytes / 255,
+    as the data readers take uint8 images."""
     try:
         x = np.load(path, allow_pickle=False, mmap_mode="r")
     except (OSError, ValueError) as exc:
@@ -104,6 +105,11 @@ def _inputs(path, n_in):
     if x.ndim != 2 or x.shape[1] != n_in or x.dtype.kind not in "fiu":
         raise ValueError(f"--data {path!r}: holds {x.dtype} of shape {x.shape}; the net takes rows of {n_in} "
                          "real numbers, one sample per row")
+    if x.dtype == np.uint8:                                     # as train and evaluate read uint8 images
+        return x / 255.0
+    if x.dtype.kind in "iu":
+        raise ValueError(f"--data {path!r}: holds {x.dtype}; give floats as the net was trained on them, or "
+                         "uint8 bytes (read as bytes / 255, as train reads uint8 images)")
     for i in range(0, x.shape[0], 4096):                       # in chunks: no temporary the size of the file
         bad = np.argwhere(~np.isfinite(x[i:i + 4096]))
         if len(bad):
