@@ -82,6 +82,11 @@ def bad_data(tmp_path, mnist):
     (["train", "--l2", "inf"], "argument --l2: must be finite and >= 0, got 'inf'"),
     (["compare", "--eta", "nan"], "argument --eta: must be finite and >= 0, got 'nan'"),
     (["compare", "--eta", "-1"], "argument --eta: must be finite and >= 0, got '-1'"),
+    # --max-memory bounds one process's whole run; the workers' steps were bounded each, and memray's peak of
+    # --threads 2 under 14MiB was 29.7 MiB, silently
+    (["train", "--max-memory", "14MiB", "--threads", "2"], "--max-memory bounds the whole run of one process "
+     "training one step at a time; with --threads 2 several steps' buffers"),
+    (["train", "--max-memory", "14MiB", "--parallel-batches", "4"], "with --parallel-batches 4 several"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(args, fragment):
     _one_line(_run(*args), 2, fragment)

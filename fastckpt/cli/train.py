@@ -86,6 +86,12 @@ def check_modes(args):
         refuse_under_mkl("--max-memory", args.max_memory)
     check_lone_flags(args)
     several = "--threads or --parallel-batches" if args.threads > 1 or args.parallel_batches else None
+    if args.max_memory is not None and several and not ranks:
+        given = f"--threads {args.threads}" if args.threads > 1 else f"--parallel-batches {args.parallel_batches}"
+        raise ValueError(f"--max-memory bounds the whole run of one process training one step at a time; with "
+                         f"{given} several steps' buffers and their sum are not planned as one whole, so the bound "
+                         f"would not hold: give --strategy fit({args.max_memory}) to fit each step to those bytes, "
+                         "or leave it out")
     if args.sgd_in_backward and several:
         raise ValueError("--optimizer-in-backward steps each layer as its gradient is final, on one process; with "
                          f"{several} the gradients of several mini-batches are summed first, so leave it out")
