@@ -60,9 +60,12 @@ def split_bytes(n, stratified):
 
 
 def held(*arrays):
-    """Each distinct array once (a view of another counts with it), for :func:`bound`."""
+    """Each distinct buffer once, for :func:`bound`: a view counts as the whole array it keeps alive (a strided
+    view of 16 MB counted as its own 8 MB let a fit pass its bound), and with any other view of it."""
     out = []
     for a in arrays:
+        while isinstance(a, np.ndarray) and isinstance(a.base, np.ndarray):
+            a = a.base
         if isinstance(a, np.ndarray) and not any(np.may_share_memory(a, b) for b in out):
             out.append(a)
     return out
