@@ -87,6 +87,8 @@ def bad_data(tmp_path, mnist):
     (["train", "--max-memory", "14MiB", "--threads", "2"], "--max-memory bounds the whole run of one process "
      "training one step at a time; with --threads 2 several steps' buffers"),
     (["train", "--max-memory", "14MiB", "--parallel-batches", "4"], "with --parallel-batches 4 several"),
+    (["compare", "--strategies", ""], "argument --strategies: names no strategy, got ''"),
+    (["compare", "--strategies", " , "], "argument --strategies: names no strategy, got ' , '"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(args, fragment):
     _one_line(_run(*args), 2, fragment)

@@ -221,7 +221,9 @@ def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
     ({"solver": "lbfgs"}, "solver must be one of 'adam', 'sgd', got 'lbfgs'"),
     ({"activation": "softplus"}, "activation must be one of 'identity', 'logistic', 'tanh', 'relu', got 'softplus'"),
     ({"hidden_layer_sizes": (10, 0)}, "hidden_layer_sizes must be >= 1, got 0"),
-    ({"learning_rate_init": 0}, "learning_rate_init must be > 0, got 0"),
+    ({"learning_rate_init": 0}, "learning_rate_init must be finite and > 0, got 0"),
+    ({"learning_rate_init": -1}, "learning_rate_init must be finite and > 0, got -1"),
+    ({"learning_rate_init": float("nan")}, "learning_rate_init must be finite and > 0, got nan"),
     ({"strategy": "every_nth(0)"}, "every_nth"),
     ({"loss": "poisson"}, "loss must be 'squared_error' (fastckpt has no Poisson output), got 'poisson'"),
 ])

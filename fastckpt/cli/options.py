@@ -217,9 +217,12 @@ def strategy(text):
 
 def strategies(text):
     try:
-        return parse_strategies(text)
+        found = parse_strategies(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not found:                                    # "" used to mean the default list, silently
+        raise argparse.ArgumentTypeError(f"names no strategy, got {text!r}; give one or more, comma-separated")
+    return found
 
 
 def depths(text):

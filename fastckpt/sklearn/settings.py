@@ -70,9 +70,12 @@ def checked(est):
            "max_memory": None if est.max_memory is None else parse_bytes(est.max_memory, "max_memory")}
     if est.batch_size != "auto":
         out["batch_size"] = check_positive_int(est.batch_size, "batch_size")
-    eta = check_nonnegative(est.learning_rate_init, "learning_rate_init")
+    try:
+        eta = check_nonnegative(est.learning_rate_init, "learning_rate_init")
+    except ValueError:                                  # one rule for every value it refuses
+        eta = 0.0
     if eta <= 0:
-        raise ValueError(f"learning_rate_init must be > 0, got {est.learning_rate_init!r}")
+        raise ValueError(f"learning_rate_init must be finite and > 0, got {est.learning_rate_init!r}")
     out["eta"] = eta
     check_nonnegative(est.power_t, "power_t")
     for name in ("shuffle", "warm_start", "early_stopping", "nesterovs_momentum", "optimizer_in_backward"):
