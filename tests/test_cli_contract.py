@@ -88,6 +88,8 @@ def bad_data(tmp_path, mnist):
      "training one step at a time; with --threads 2 several steps' buffers"),
     (["train", "--max-memory", "14MiB", "--parallel-batches", "4"], "with --parallel-batches 4 several"),
     (["compare", "--strategies", ""], "argument --strategies: names no strategy, got ''"),
+    (["train", "--threads", "2", "--parallel-batches", "100000"], "--parallel-batches 100000 is more than the "
+     "400 mini-batches of 10 in an epoch of 4000 samples: give at most 400"),
     (["compare", "--strategies", " , "], "argument --strategies: names no strategy, got ' , '"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(args, fragment):

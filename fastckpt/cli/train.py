@@ -210,6 +210,10 @@ def _one_net(args, run, net, state, training, test):
     save = Saver(args.save, args.force, None, args.resume)
     bar = TrainBar(args, True, done)
     averaged = per_update or args.threads
+    batches = -(-len(training[0]) // run.batch_size)
+    if per_update and per_update > batches:
+        raise ValueError(f"--parallel-batches {per_update} is more than the {batches} mini-batches of "
+                         f"{run.batch_size} in an epoch of {len(training[0])} samples: give at most {batches}")
     if not args.json and averaged > 1:
         print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "
               f"times fewer updates at the same --eta {run.eta} (a larger --eta makes up for it)", file=sys.stderr)
