@@ -98,11 +98,12 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
         plan = made(kind)
         return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged,
                             None if tensor is None else (shards, 0), buckets)["total"]
-    best = made(strategy) if not isinstance(strategy, Fit) else _fit(strategy, planned, made, lo, hi, rows)
+    whole = lo == 0 and hi == len(sizes) - 1              # no pipeline: a rank's part is all layers, or a shard
+    best = made(strategy) if not isinstance(strategy, Fit) else _fit(strategy, planned, made, lo, hi, rows, whole)
     return best if shard == 0 else reshard(best, tensor_split(sub, shards, shard)[0])
 
 
-def _fit(strategy, planned, made, lo, hi, rows):
+def _fit(strategy, planned, made, lo, hi, rows, whole):
     """``fit(bytes)``'s plan of a stage (:func:`stage_plan`), by bisection on an activation budget."""
     best, total = planned("plain")
     if total <= strategy.nbytes:
@@ -113,9 +114,12 @@ def _fit(strategy, planned, made, lo, hi, rows):
         low = exc.minimum_bytes
     best, total = planned(Budget(low))
     if total > strategy.nbytes:
-        raise InfeasiblePlan(f"{strategy}: the stage of layers {lo}..{hi - 1} at micro-batches of {rows} holds at "
-                             f"least {total} bytes ({shown_bytes(total)}) with its micro-batches in flight, "
-                             f"gradient sum and message buffers; got {strategy.nbytes}", total)
+        part = f"this rank's part of the net at {rows} rows a pass" if whole else \
+            f"the stage of layers {lo}..{hi - 1} at micro-batches of {rows}"
+        held = "its gradient sum and message buffers" if whole else \
+            "its micro-batches in flight, gradient sum and message buffers"
+        raise InfeasiblePlan(f"{strategy}: {part} holds at least {total} bytes ({shown_bytes(total)}) with {held}; "
+                             f"got {strategy.nbytes}", total)
     high = made("plain").bytes()["activation_memory"]
     while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
         mid = (low + high) // 2
