@@ -28,8 +28,8 @@ STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(by
 TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g. 256MiB), as memray measures it "
                     "above the process after its imports: the data, the training step, the staging rows, the "
                     "evaluations (the test set's and --validation's) or a save, a --shuffle order, and the result "
-                    "lists; the step gets what the rest leaves and plans "
-                    "the least recomputation that fits it (fastckpt plan --data shows the parts). Refused with --threads "
+                    "lists; the step gets what the rest leaves and plans the least recomputation that fits it "
+                    "(fastckpt plan --data shows the parts). Refused with --threads "
                     "or --parallel-batches (--strategy fit(BYTES) bounds each step there); on MPI ranks it bounds "
                     "what each rank holds to train (default: off, --strategy decides)")
 PROFILE_MAX_MEMORY = ("profile the step train --max-memory BYTES plans on one process without --save: the fit of "
