@@ -77,11 +77,11 @@ def search(chain, budget, *, beam=0, spread=np.inf, max_steps=None):
     b, margin = chain.bounds, chain.margin(budget)
     base = budget - chain.forward + margin
     ends = band_ends(base, b.duals, b.excess, b.mu, b.kept, b.wsum, chain.w, chain.limit)
+    nodes = (base, b.duals, b.mins, b.kept, b.mu, b.wsum, int(np.argmax(b.duals)))
     points, size, layout, status = bounded_fronts(
-        chain.prefix, chain.w, chain.after, chain.limit, ends, (base, b.duals, b.mins),
-        (budget + margin, b.mu, b.spine), beam, spread,
+        chain.prefix, chain.w, chain.after, chain.limit, ends, nodes, (budget + margin, b.mu, b.spine), beam, spread,
         (MAX_STEPS if max_steps is None else max_steps, free_bytes() // 2 // POINT_BYTES))
-    offsets, _, start, stop = layout
+    offsets, _, start, stop, _ = layout
     root = offsets[-1]
     if status < 0 or stop[root] == start[root]:
         return None, points, status

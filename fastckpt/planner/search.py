@@ -164,11 +164,12 @@ def multi_front(flops, w, limit, grads=None):
     after = np.array(suffix_sums(grads or [0] * (n - 1)), dtype=np.int64)
     ends = np.full(n, n - 1, dtype=np.int64)
     ends[-1] = n
-    nothing = (np.zeros(1), np.zeros((1, n)))
-    points, _, layout, steps = bounded_fronts(prefix, w, after, cap, ends, (np.inf, *nothing), (np.inf, *nothing),
-                                              0, np.inf, (MAX_STEPS, max_points()))
+    price, zeros = np.zeros(1), np.zeros((1, n))                  # one price of nothing: no bound prunes
+    unbounded = (np.inf, price, zeros, zeros, price, zeros[0], 0)
+    points, _, layout, steps = bounded_fronts(prefix, w, after, cap, ends, unbounded, (np.inf, price, zeros), 0,
+                                              np.inf, (MAX_STEPS, max_points()))
     check_steps("a search over every schedule", n, steps)
-    offsets, _, start, stop = layout
+    offsets, _, start, stop, _ = layout
     first, end = start[offsets[-1]], stop[offsets[-1]]
 
     def tree(k):
