@@ -49,7 +49,7 @@ def ranks(rounds):
         comm.Reduce(local, total, root=0)
         comm.Bcast(total, root=0)
         alone.params.update(total, 1e-3 / 2)
-    steps = [lambda t=t: t.update(x, y, 1e-3) for t in trainers]
+    steps = [lambda t=t: t.update_mini_batch(x, y, 1e-3) for t in trainers]
     steps += [reduce_and_broadcast, lambda: engine.gradients(alone.params, x, y)]
     times = [[] for _ in steps]
     for step in steps:

@@ -49,8 +49,9 @@ from ._version import __version__  # noqa: E402
 from .core.params import Parameters  # noqa: E402
 from .data import load_mnist  # noqa: E402
 from .engine import Engine  # noqa: E402
+from .engine.stopping import EarlyStopping  # noqa: E402
 from .nets import Network, NetworkWithCheckpointing, load  # noqa: E402
 from .planner import InfeasiblePlan, Plan, plan, strategies  # noqa: E402
 
-__all__ = ["Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan", "__version__",
-           "load", "load_mnist", "optimizers", "plan", "strategies"]
+__all__ = ["EarlyStopping", "Engine", "InfeasiblePlan", "Network", "NetworkWithCheckpointing", "Parameters", "Plan",
+           "__version__", "load", "load_mnist", "optimizers", "plan", "strategies"]

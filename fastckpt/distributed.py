@@ -1,13 +1,14 @@
-"""The public face of fastckpt over MPI: one import for every trainer that spans processes.
+"""The public face of fastckpt over MPI: one trainer, over a grid of ranks.
 
-``from fastckpt.distributed import MPITrainer, PipelineTrainer, TensorParallelTrainer, Grid``; they live in
-:mod:`fastckpt.parallel`, on the one MPI layer of :mod:`fastckpt.parallel.mpi`.  A :class:`Grid` names the
-ranks' roles (``Grid(data=2, pipeline=2)``) and any trainer takes it as ``grid=``.
+``from fastckpt.distributed import Trainer, Grid``; ``Trainer(sizes, grid=Grid(data=D, pipeline=P, tensor=T))``
+trains one net over ``D x P x T`` ranks (:mod:`fastckpt.parallel.trainer`).  ``MPITrainer``,
+``PipelineTrainer`` and ``TensorParallelTrainer`` are the names of 0.3, kept as functions that make a
+:class:`Trainer`.
 """
-from .parallel import MPITrainer, PipelineTrainer, TensorParallelTrainer
+from .parallel import MPITrainer, PipelineTrainer, TensorParallelTrainer, Trainer
 from .parallel.ending import abort_on_uncaught
 from .parallel.grid import Grid
 from .parallel.mpi import Group, mpi_world
 
-__all__ = ["Grid", "Group", "abort_on_uncaught", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer",
+__all__ = ["Grid", "Group", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer", "Trainer", "abort_on_uncaught",
            "mpi_world"]

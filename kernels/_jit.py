@@ -112,13 +112,13 @@ def _cache_class():
     """The Cache subclass for fastckpt's kernels, or None if this Numba's caching internals differ."""
     try:
         from numba.core import caching
-        bases = (caching._SourceFileBackedLocatorMixin, caching._CacheLocator, caching.CompileResultCacheImpl,
-                 caching.IndexDataCacheFile, caching.FunctionCache)
+        bases = (caching.UserProvidedCacheLocator, caching.CompileResultCacheImpl, caching.IndexDataCacheFile,
+                 caching.FunctionCache)
     except (ImportError, AttributeError):
         return None
-    locator_mixin, locator_base, impl_base, file_base, cache_base = bases
+    locator_base, impl_base, file_base, cache_base = bases
 
-    class KernelCacheLocator(locator_mixin, locator_base):
+    class KernelCacheLocator(locator_base):
         """Places a kernel's files in the digest-named cache directory, keyed by nothing of where the sources
         are installed: the same sources in another install (``pip install .``, then ``pip install -e .``) find
         the same entries."""

@@ -1,4 +1,4 @@
-"""The activations, fused with the bias: sigmoid, tanh, ReLU and log-softmax, with an exp written
+"""The activations, fused with the bias: sigmoid, tanh, ReLU, identity and log-softmax, with an exp written
 in the kernel, which LLVM vectorises on AVX2 and AVX-512 alike (Numba's ``np.exp`` and
 ``np.tanh`` are scalar libm calls here).
 
@@ -6,7 +6,7 @@ in the kernel, which LLVM vectorises on AVX2 and AVX-512 alike (Numba's ``np.exp
 
     \\sigma(x) = \\frac{1}{1 + e^{-x}}, \\qquad
     \\tanh(x) = \\mathrm{sign}(x) \\frac{e^{2|x|} - 1}{e^{2|x|} + 1}, \\qquad
-    \\mathrm{relu}(x) = \\max(x, 0),
+    \\mathrm{relu}(x) = \\max(x, 0), \\qquad \\mathrm{identity}(x) = x,
 
     e^{t} = 2^{k} p(r), \\quad k = \\mathrm{round}(t / \\ln 2), \\quad r = t - k \\ln 2
 
@@ -23,7 +23,7 @@ packed vectors.  Measured (``kernel.inspect_asm``): ymm on AVX2, zmm on AVX-512,
 division.  Relative error against a long-double reference: 2.4e-16 (float64), 1.4e-7 (float32).
 
 Outputs that would be subnormal are flushed to exactly 0 (``x`` below -708 in float64, -87 in
-float32; tanh and ReLU of a subnormal): subnormals make later GEMMs crawl and carry no
+float32; tanh, ReLU and identity of a subnormal): subnormals make later GEMMs crawl and carry no
 information at these precisions.  NaN stays NaN: the clamps below keep a NaN, and it flows
 through every fused multiply-add.
 
@@ -33,7 +33,7 @@ tanh uses ``e^{2|x|} - 1`` without cancellation: ``p(r) - 1 = r (p_1 + r (p_2 + 
 ``|x|`` is clamped at 20 (float64) or 9 (float32), where tanh rounds to 1.
 
 Each activation has a code (:data:`SIGMOID`, :data:`TANH`, :data:`RELU`,
-:data:`LOG_SOFTMAX`) that the layer kernels dispatch on, outside their loops over elements.
+:data:`LOG_SOFTMAX`, :data:`IDENTITY`) that the layer kernels dispatch on, outside their loops over elements.
 """
 import math
 
@@ -60,7 +60,7 @@ _Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (
 _ONE_F, _LIMIT_F, _ZERO_F = _F(1.0), _F(87.0), _F(0.0)
 _TWO_F, _TANH_LIMIT_F, _TINY_F = _F(2.0), _F(18.0), _F(1.1754943508222875e-38)
 
-SIGMOID, TANH, RELU, LOG_SOFTMAX = 0, 1, 2, 3          # activation codes, as the layer kernels take them
+SIGMOID, TANH, RELU, LOG_SOFTMAX, IDENTITY = 0, 1, 2, 3, 4   # activation codes, as the layer kernels take them
 
 
 @inline
@@ -220,6 +220,27 @@ def relu_rows(z, b):
 
 
 @kernel
+def bias_identity(z, b):
+    """In place: ``z = z + b`` (a linear layer: a regression net's output), subnormal results flushed to 0 and
+    NaN kept; z (batch, n), b (n,)."""
+    if b.shape[0] != z.shape[1]:
+        raise ValueError("bias_identity: bias and row differ in length")
+    identity_rows(z, b)
+
+
+@inline
+def identity_rows(z, b):
+    """:func:`bias_identity` without its check."""
+    batch, n = z.shape
+    tiny = smallest_normal(z)
+    for i in range(batch):
+        zi = z[i]
+        for j in range(n):
+            v = zi[j] + b[j]
+            zi[j] = 0.0 if abs(v) < tiny else v        # NaN < tiny is False: NaN stays
+
+
+@kernel
 def bias_activation(z, b, act, scratch):
     """In place: ``z = f(z + b)`` for the activation of code ``act``; scratch float64 (>= n,) for log-softmax."""
     if b.shape[0] != z.shape[1] or (act == LOG_SOFTMAX and scratch.shape[0] < z.shape[1]):
@@ -230,6 +251,8 @@ def bias_activation(z, b, act, scratch):
         tanh_rows(z, b)
     elif act == RELU:
         relu_rows(z, b)
+    elif act == IDENTITY:
+        identity_rows(z, b)
     elif act == LOG_SOFTMAX:
         log_softmax_rows(z, b, scratch)
     else:

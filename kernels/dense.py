@@ -1,7 +1,7 @@
 """Dense layer, forward and backward, on batch-major C-contiguous arrays.
 
 Forward, for a layer with weights ``W`` (n_out, n_in), bias ``b`` (n_out,) and activation ``f``
-(sigmoid, tanh, ReLU, or log-softmax for a softmax net's output):
+(sigmoid, tanh, ReLU, identity, or log-softmax for a softmax net's output):
 
 .. math::  A_{out} = f(A_{in} W^T + b)
 
@@ -15,7 +15,8 @@ derivative is a function of that output:
     \\nabla b = s \\textstyle\\sum_i G_{out,i,:}, \\quad
     G_{in} = (G_{out} W) \\odot f'(A_{in}),
 
-    \\sigma' = a (1 - a), \\quad \\tanh' = (1 - a) (1 + a), \\quad \\mathrm{relu}' = [a > 0]
+    \\sigma' = a (1 - a), \\quad \\tanh' = (1 - a) (1 + a), \\quad \\mathrm{relu}' = [a > 0], \\quad
+    \\mathrm{identity}' = 1
 
 with ``s`` the batch-mean scale 1/batch (relu'(0) = 0, as in PyTorch).  So reversing layer ``l`` reads one
 activation, ``a[l]``: the checkpointing model of one stored state per step.
@@ -28,7 +29,7 @@ Every kernel writes into arrays its caller passes; none allocates.
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import RELU, SIGMOID, TANH, bias_activation, bias_log_softmax, bias_sigmoid, smallest_normal
+from .activations import IDENTITY, RELU, SIGMOID, TANH, bias_activation, bias_log_softmax, bias_sigmoid, smallest_normal
 from .blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
 
 
@@ -126,14 +127,27 @@ def relu_delta(a_in, dz_in):
 
 
 @inline
+def identity_delta(dz_in):
+    """``dz_in *= 1``: the derivative of a linear layer; only subnormals are flushed to 0."""
+    tiny = smallest_normal(dz_in)
+    for i in range(dz_in.shape[0]):
+        di = dz_in[i]
+        for j in range(dz_in.shape[1]):
+            v = di[j]
+            di[j] = 0.0 if abs(v) < tiny else v
+
+
+@inline
 def _delta_in(a_in, w, dz_out, dz_in, act_in):
     """dz_in = (dz_out @ w) * f'(a_in), f the activation of code ``act_in`` that made a_in: the delta of
     the layer below, subnormals flushed to 0."""
-    if act_in != SIGMOID and act_in != TANH and act_in != RELU:
+    if act_in != SIGMOID and act_in != TANH and act_in != RELU and act_in != IDENTITY:
         raise ValueError("dense_backward: the layer below has no derivative from its output")
     delta_gemm(w, dz_out, dz_in)
     if act_in == RELU:
         relu_delta(a_in, dz_in)
+    elif act_in == IDENTITY:
+        identity_delta(dz_in)
     elif act_in == TANH:
         tanh_delta(a_in, dz_in)
     else:
@@ -186,7 +200,7 @@ def dense_forward_log_softmax(a_in, w, b, scratch, a_out):
 @kernel
 def dense_forward_layer(a_in, w, b, act, scratch, a_out):
     """The one forward step of training, recomputation and inference: ``a_out = f(a_in @ w.T + b)``
-    for the activation of code ``act`` (``SIGMOID``, ``TANH``, ``RELU``, or ``LOG_SOFTMAX`` for a
+    for the activation of code ``act`` (``SIGMOID``, ``TANH``, ``RELU``, ``IDENTITY``, or ``LOG_SOFTMAX`` for a
     softmax net's last layer); scratch float64 (>= n_out,)."""
     linear(a_in, w, a_out)
     bias_activation(a_out, b, act, scratch)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import smallest_normal
+from .activations import LOG_SOFTMAX, smallest_normal
 
 
 @inline
@@ -38,6 +38,21 @@ def quadratic_delta(a, y, dz):
 
 
 @kernel
+def squared_error_delta(a, y, dz):
+    """``dz = a - y``, the pre-activation delta of an identity (linear) output under ``0.5 * ||a - y||^2``;
+    returns that loss's mean over the batch.  Computed in float64; subnormal deltas are flushed to 0."""
+    batch, n = a.shape
+    tiny = smallest_normal(dz)
+    loss = 0.0
+    for i in range(batch):
+        for j in range(n):
+            e = np.float64(a[i, j]) - np.float64(y[i, j])
+            dz[i, j] = e if abs(e) >= tiny else 0.0
+            loss += 0.5 * e * e
+    return loss / batch
+
+
+@kernel
 def cross_entropy_delta(logp, y, dz):
     """``dz = exp(logp) - y``, the softmax output's pre-activation delta; returns the mean
     cross-entropy ``-sum(y * logp)`` over the batch.  Subnormal deltas are flushed to 0."""
@@ -51,6 +66,43 @@ def cross_entropy_delta(logp, y, dz):
             if y[i, j] != 0:
                 loss -= np.float64(y[i, j]) * logp[i, j]
     return loss / batch
+
+
+@kernel
+def label_sums(p, labels, act, sums):
+    """Over the rows of a net's output ``p`` (batch, n) and their class indices ``labels`` (batch,), in
+    float64: ``sums[0] +=`` the rows' loss and ``sums[1] +=`` the rows whose arg-max (the first, as NumPy's)
+    is their label.  The loss is the one the output code ``act`` names, against one-hot rows:
+    ``-log max(p_label, tiny)`` for ``LOG_SOFTMAX`` (``p`` holds probabilities), else ``0.5 ||p - y||^2``."""
+    batch, n = p.shape
+    tiny = 2.2250738585072014e-308
+    for i in range(batch):
+        pi, label = p[i], labels[i]
+        top = 0
+        for j in range(1, n):
+            top = j if pi[j] > pi[top] else top
+        sums[1] += 1.0 if top == label else 0.0
+        if act == LOG_SOFTMAX:
+            q = np.float64(pi[label])
+            sums[0] -= math.log(q if q > tiny else tiny)
+        else:
+            for j in range(n):
+                e = np.float64(pi[j]) - (1.0 if j == label else 0.0)
+                sums[0] += 0.5 * e * e
+
+
+@kernel
+def target_sums(out, y, mean, sums):
+    """Over the rows of a regression net's output ``out`` and targets ``y`` (batch, n), per output ``j``, in
+    float64: ``sums[0, j] += (out - y)^2`` and ``sums[1, j] += (y - mean[j])^2``: R²'s two sums."""
+    batch, n = out.shape
+    for i in range(batch):
+        oi, yi = out[i], y[i]
+        for j in range(n):
+            e = np.float64(oi[j]) - np.float64(yi[j])
+            c = np.float64(yi[j]) - mean[j]
+            sums[0, j] += e * e
+            sums[1, j] += c * c
 
 
 @kernel

@@ -7,14 +7,18 @@ drives the runs, one per segment.  A kernel takes twelve arguments, in records:
 ``run(table, net, ints, floats, x, y, params, grads, work, state, acc, gate)``
 
 - ``table`` (n_ops, 7) int64, one row per op: ``kind, layer, read, write, d_out, d_in, ran``.
-  ``kind`` is :data:`FWD`, :data:`LOSS`, :data:`BWD` or :data:`WEIGHTS`; ``read``/``write`` are
+  ``kind`` is :data:`FWD`, :data:`LOSS`, :data:`BWD`, :data:`WEIGHTS`, or the two halves of a forward op,
+  :data:`LINEAR` (``out = a W^T`` alone) and :data:`ACTIVATE` (``out = f(out + b)`` in place), between
+  which the caller sums the partial products of a row-split layer over its tensor shards (NOTE [ One
+  engine for every part ] in :mod:`fastckpt.engine.engine`); ``read``/``write`` are
   element offsets of the layer's input and output activations in ``work`` (``read = -1``: the
   input ``x``); ``d_out``/``d_in`` offsets of the deltas in ``work`` (``d_in = -1``: none, the
   first layer); the kernel sets ``ran`` to 1 for each op it runs.
 - ``net`` (L + 1, 7) int64, one row per state ``a[j]``: :data:`SIZE`, the code :data:`ACT` of the
   activation that makes it (``acts[0]``, for the input, is read only when the first layer's
-  backward gives the input's delta, as a pipeline stage's does; the output's is
-  ``LOG_SOFTMAX`` for a softmax net with cross-entropy, else the quadratic loss), and for
+  backward gives the input's delta, as a pipeline stage's does; the output's names the loss:
+  ``LOG_SOFTMAX`` for a softmax net with cross-entropy, ``IDENTITY`` for a linear output with the squared
+  error, ``SIGMOID`` for the quadratic loss), and for
   layer ``j`` (``j < L``) the offsets :data:`W_AT`/:data:`B_AT` of its weights and bias in the
   flat parameter layout, where its input and delta go in a stash slot (:data:`STASH_A`,
   :data:`STASH_DZ`), and its forward ops counted (:data:`COUNT`, added to).
@@ -69,14 +73,34 @@ when ``CHECK`` and ``x`` or ``y`` holds a NaN or inf (nothing ran).
 import numpy as np
 
 from ._jit import inline, kernel
-from .activations import LOG_SOFTMAX, RELU, SIGMOID, TANH, log_softmax_rows, relu_rows, sigmoid_rows, tanh_rows
-from .dense import delta_gemm, layer_gradients, linear, relu_delta, sgd_layer, sigmoid_delta, tanh_delta
-from .elementwise import all_finite, cross_entropy_delta, quadratic_delta
+from .activations import (
+    IDENTITY,
+    LOG_SOFTMAX,
+    RELU,
+    SIGMOID,
+    TANH,
+    identity_rows,
+    log_softmax_rows,
+    relu_rows,
+    sigmoid_rows,
+    tanh_rows,
+)
+from .dense import (
+    delta_gemm,
+    identity_delta,
+    layer_gradients,
+    linear,
+    relu_delta,
+    sgd_layer,
+    sigmoid_delta,
+    tanh_delta,
+)
+from .elementwise import all_finite, cross_entropy_delta, quadratic_delta, squared_error_delta
 from .optimizers import ADAM, MOMENTUM, layer_step
 from .sync import leave_gate, take_gate
 
 OK, BAD_LOSS, BAD_INPUT, BAD_UPDATE = 0, 1, 2, 16
-FWD, LOSS, BWD, WEIGHTS = 0, 1, 2, 3                   # op kinds, the first column of a table
+FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE = 0, 1, 2, 3, 4, 5   # op kinds, the first column of a table
 KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN = range(7)  # a table's columns
 SIZE, ACT, W_AT, B_AT, STASH_A, STASH_DZ, COUNT = range(7)    # the net's columns
 LO, HI, CHECK, ACC_MODE, ME, LAYER_GRAD_AT, STASH_AT = range(7)   # ``ints``
@@ -86,8 +110,9 @@ MODES = ("forward", "gradients", "sgd", "momentum", "adam", "stash")
 
 
 class Table:
-    """Columns of an op table, for Python callers (kernels read the module's constants)."""
+    """Columns of an op table and its op kinds, for Python callers (kernels read the module's constants)."""
     KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN = KIND, LAYER, READ, WRITE, D_OUT, D_IN, RAN
+    FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE = FWD, LOSS, BWD, WEIGHTS, LINEAR, ACTIVATE
 
 
 class Net:
@@ -146,22 +171,24 @@ _made = {}
 
 def runner(acts, mode="gradients", accumulate=False):
     """The run kernel for tables whose states are made by the activation codes ``acts`` (any iterable of
-    :data:`SIGMOID`, :data:`TANH`, :data:`RELU`, :data:`LOG_SOFTMAX`), whose backward ops do ``mode``
+    :data:`SIGMOID`, :data:`TANH`, :data:`RELU`, :data:`LOG_SOFTMAX`, :data:`IDENTITY`), whose backward ops do
+    ``mode``
     (one of :data:`MODES`) and, with ``accumulate``, that add their gradients into an accumulator
     (NOTE [ Run kernels made to measure ]).  The same arguments give the same kernel."""
     codes = frozenset(int(a) for a in acts)
-    if not codes <= {SIGMOID, TANH, RELU, LOG_SOFTMAX}:
-        raise ValueError(f"runner: unknown activation codes {sorted(codes - {SIGMOID, TANH, RELU, LOG_SOFTMAX})}")
+    known = {SIGMOID, TANH, RELU, LOG_SOFTMAX, IDENTITY}
+    if not codes <= known:
+        raise ValueError(f"runner: unknown activation codes {sorted(codes - known)}")
     if mode not in MODES:
         raise ValueError(f"runner: mode must be one of {MODES}, got {mode!r}")
     key = (codes, mode, bool(accumulate))
     if key not in _made:
         _made[key] = _make(SIGMOID in codes, TANH in codes, RELU in codes, LOG_SOFTMAX in codes,
-                           MODES.index(mode), bool(accumulate))
+                           MODES.index(mode), bool(accumulate), IDENTITY in codes)
     return _made[key]
 
 
-def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
+def _make(sigmoid, tanh, relu, softmax, mode, accumulating, identity):
     """A run kernel with these constants (NOTE [ Run kernels made to measure ])."""
     backward = mode != 0
     grads_mode, sgd_mode, stash_mode = mode == 1, mode == 2, mode == 5
@@ -200,6 +227,8 @@ def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
                     loss = cross_entropy_delta(a, y, dz) + floats[PENALTY]
                 elif sigmoid and net[n_layers, ACT] == SIGMOID:
                     loss = quadratic_delta(a, y, dz) + floats[PENALTY]
+                elif identity and net[n_layers, ACT] == IDENTITY:
+                    loss = squared_error_delta(a, y, dz) + floats[PENALTY]
                 else:
                     raise ValueError("run: an output this kernel was not made for")
                 if not np.isfinite(loss):
@@ -209,9 +238,12 @@ def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
             w_at, b_at = net[layer, W_AT], net[layer, B_AT]
             w = _matrix(params, w_at, n_out, n_in)
             b = params[b_at:b_at + n_out]
-            if kind == FWD:
+            if kind == FWD or kind == LINEAR or kind == ACTIVATE:
                 out = _matrix(work, op[WRITE], batch, n_out)
-                linear(a, w, out)
+                if kind != ACTIVATE:
+                    linear(a, w, out)
+                if kind == LINEAR:
+                    continue
                 act = net[layer + 1, ACT]
                 if sigmoid and act == SIGMOID:
                     sigmoid_rows(out, b)
@@ -219,6 +251,8 @@ def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
                     tanh_rows(out, b)
                 elif relu and act == RELU:
                     relu_rows(out, b)
+                elif identity and act == IDENTITY:
+                    identity_rows(out, b)
                 elif softmax and act == LOG_SOFTMAX:
                     log_softmax_rows(out, b, scratch)
                 else:
@@ -257,6 +291,8 @@ def _make(sigmoid, tanh, relu, softmax, mode, accumulating):
                     tanh_delta(a, dz_in)
                 elif relu and act_in == RELU:
                     relu_delta(a, dz_in)
+                elif identity and act_in == IDENTITY:
+                    identity_delta(dz_in)
                 else:
                     raise ValueError("run: the layer below has no derivative this kernel was made for")
             if sgd_mode:

@@ -2,26 +2,36 @@
 
 Layers, lowest first; a module may import its own layer and the layers below it:
 
-    kernels <- core <- planner <- engine <- nets <- {parallel, report} <- cli
+    kernels <- core <- planner <- engine <- nets <- {parallel, report, sklearn} <- cli
 
-``data`` imports nothing of fastckpt and anyone may import it; parallel and
-report never import each other; the facade (``fastckpt/__init__.py``,
+``data`` imports nothing of fastckpt and anyone may import it; parallel, report and
+sklearn never import each other; the facade (``fastckpt/__init__.py``,
 ``fastckpt.distributed``, ``fastckpt.optimizers``, ``__main__``) may import anything and nothing
 imports it.  Besides: no import circles between modules (local imports
 included), no ``_private`` name imported from another module, the kernels
-reached only through ``fastckpt.kernels``, and size budgets.
+reached only through ``fastckpt.kernels``, one engine (the run kernel made and
+called in ``fastckpt.engine`` alone, and no layer kernel in ``fastckpt.parallel``:
+a parallel mode adds sums and a schedule, never a forward or backward of its
+own), no class assembled from mixins (several bases, exceptions aside), and
+functions of at most 60 lines outside the kernels.
 """
 import ast
 import importlib.util
 import pathlib
 import pkgutil
 
-LAYERS = ["kernels", "core", "planner", "engine", "nets", "parallel", "report", "cli"]
-RANK = {"kernels": 0, "core": 1, "planner": 2, "engine": 3, "nets": 4, "parallel": 5, "report": 5, "cli": 6}
+LAYERS = ["kernels", "core", "planner", "engine", "nets", "parallel", "report", "sklearn", "cli"]
+RANK = {"kernels": 0, "core": 1, "planner": 2, "engine": 3, "nets": 4, "parallel": 5, "report": 5, "sklearn": 5,
+        "cli": 6}
 FACADE = {"fastckpt", "fastckpt.distributed", "fastckpt.optimizers", "fastckpt.__main__"}
 LEAVES = {"fastckpt._version"}                       # import nothing; anyone may import them
-MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
+ENGINE = "engine"                                    # the one layer that runs op tables on the run kernel
+LAYER_KERNELS = {"runner", "gemm", "bias_activation", "bias_identity", "bias_log_softmax", "bias_relu", "bias_sigmoid",
+                 "bias_tanh", "dense_backward", "dense_backward_input", "dense_backward_sgd", "dense_forward",
+                 "dense_forward_layer", "dense_forward_log_softmax", "cross_entropy_delta", "quadratic_delta",
+                 "squared_error_delta", "sgd_step", "adam_step", "momentum_step", "counted_adam_step",
+                 "counted_momentum_step"}
 
 
 def sources():
@@ -84,6 +94,11 @@ def violations(modules):
                 found.append(f"{where}: private name {', '.join(names)}")
             if target.startswith("fastckpt.kernels.") and mine != "kernels":
                 found.append(f"{where}: the kernels' public face is fastckpt.kernels")
+            if target == "fastckpt.kernels" and "runner" in names and mine != ENGINE:
+                found.append(f"{where}: the run kernel is the engine's alone")
+            if target == "fastckpt.kernels" and mine == "parallel" and set(names) & LAYER_KERNELS:
+                found.append(f"{where}: a layer kernel in parallel ({', '.join(sorted(set(names) & LAYER_KERNELS))}): "
+                             "the engine runs every layer")
             if mine in ("facade",) or theirs == "leaf" or target == module:
                 continue
             if mine == "leaf" or theirs == "facade":
@@ -121,14 +136,16 @@ def _circles(graph):
 
 
 def _sizes(modules):
+    """Functions over :data:`MAX_FUNCTION_LINES` outside the kernels, and classes of several bases (mixins that
+    read their host's attributes), exceptions aside, anywhere."""
     out = []
     for module, source in modules.items():
-        if layer(module) == "kernels":
-            continue
-        lines = len(source.splitlines())
-        if lines > MAX_MODULE_LINES:
-            out.append(f"{module}: {lines} lines, over {MAX_MODULE_LINES}")
         for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and len(node.bases) > 1 and not any(
+                    ast.unparse(base).endswith(("Error", "Exception", "Warning")) for base in node.bases):
+                out.append(f"{module}:{node.lineno} class {node.name}: {len(node.bases)} bases, a class of mixins")
+            if layer(module) == "kernels":
+                continue
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:

@@ -76,19 +76,22 @@ ACTIVATIONS = {
     "sigmoid": (sigmoid, lambda a: a * (1 - a)),
     "tanh": (np.tanh, lambda a: 1 - a ** 2),
     "relu": (lambda z: np.maximum(z, 0), lambda a: (a > 0).astype(a.dtype)),
+    "identity": (lambda z: z, np.ones_like),
 }
+OUTPUTS = {"quadratic": sigmoid, "cross_entropy": softmax, "squared_error": lambda z: z}
 
 
 def forward_net(weights, biases, x, hidden, loss="quadratic"):
     """Activations [x, a1, ..., aL]: ``hidden[l]`` names layer l's activation (l < L - 1); the
-    output is a sigmoid (quadratic loss) or a softmax (cross-entropy), as probabilities."""
+    output is a sigmoid (quadratic loss), a softmax (cross-entropy), as probabilities, or z itself
+    (squared error)."""
     acts = [x]
     for layer, (w, b) in enumerate(zip(weights, biases)):
         z = acts[-1] @ w.T + b.reshape(1, -1)
         if layer < len(weights) - 1:
             acts.append(ACTIVATIONS[hidden[layer]][0](z))
         else:
-            acts.append(softmax(z) if loss == "cross_entropy" else sigmoid(z))
+            acts.append(OUTPUTS[loss](z))
     return acts
 
 
@@ -105,7 +108,7 @@ def backprop_net(weights, biases, x, y, hidden, loss="quadratic", l2=None):
     acts = forward_net(weights, biases, x, hidden, loss)
     l2 = l2 or [0.0] * len(weights)
     out = acts[-1]
-    dz = out - y if loss == "cross_entropy" else (out - y) * out * (1 - out)
+    dz = (out - y) * out * (1 - out) if loss == "quadratic" else out - y
     nabla_b, nabla_w = [None] * len(weights), [None] * len(weights)
     for layer in reversed(range(len(weights))):
         nabla_w[layer] = dz.T @ acts[layer] / x.shape[0] + l2[layer] * weights[layer]

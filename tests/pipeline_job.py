@@ -1,7 +1,7 @@
 """One MPI job for test_pipeline_mpi.py: ``mpiexec -n P python pipeline_job.py JSON``.
 
 JSON is a list of cases; each builds a PipelineTrainer after ``np.random.seed(0)``,
-runs ``updates`` minibatches of ``batch`` MNIST rows and rank 0 writes the
+runs ``updates`` updates of a mini-batch of ``batch`` MNIST rows per replica and rank 0 writes the
 gathered weights and biases (and those before training) to ``out``.  With
 ``memray`` each rank measures its peak over building and training, after a
 warm-up, and rank 0 writes every rank's peak and prediction to ``out``.
@@ -26,8 +26,10 @@ def run(case, x, y, gather=True):
     np.random.seed(0)
     trainer = PipelineTrainer(case["sizes"], micro, batch_size=batch, **kw)
     before = trainer.gather() if gather else None           # the whole net: not part of a stage's peak
-    for u in range(case.get("updates", 3)):
-        trainer.update_mini_batch(x[u * batch:(u + 1) * batch], y[u * batch:(u + 1) * batch], case.get("eta", 1.0))
+    replicas, replica = trainer.grid.data, trainer.places.replica
+    for u in range(case.get("updates", 3)):                 # replica d takes the d-th of each update's mini-batches
+        at = (u * replicas + replica) * batch
+        trainer.update_mini_batch(x[at:at + batch], y[at:at + batch], case.get("eta", 1.0))
     return trainer, before
 
 
@@ -36,8 +38,8 @@ def main():
     (data, y), _ = fastckpt.load_mnist()
     for case in cases:
         x = data if not case.get("x_dtype") else data.astype(case["x_dtype"])   # another dtype: converted
-        if case.get("memray"):
-            run(dict(case, updates=1), x, y, gather=False)    # warm-up: kernels, BLAS, MPI's buffers
+        if case.get("memray"):                                 # warm-up, under memray too: kernels, BLAS, MPI's
+            memray_peak(lambda c=case, x=x: run(c, x, y, gather=False))       # buffers, memray's
             held = []
             peak = memray_peak(lambda c=case, h=held, x=x: h.append(run(c, x, y, gather=False)))
             trainer = held[0][0]
@@ -50,7 +52,7 @@ def main():
         after = trainer.gather()
         bubble = trainer.bubble_fraction()                 # a collective
         # every replica's copy of a stage holds the same bits
-        digests = trainer.comm.allgather(((trainer.rank, trainer.replicas.shard),
+        digests = trainer.comm.allgather(((trainer.places.stage, trainer.places.shard),
                                           hashlib.sha256(trainer.params.flat.tobytes()).hexdigest()))
         agree = all(len({d for s, d in digests if s == stage}) == 1 for stage, _ in digests)
         if trainer.comm.Get_rank() == 0:

@@ -5,13 +5,23 @@ import itertools
 import naive
 import numpy as np
 import pytest
-from fastckpt.kernels import RELU, SIGMOID, TANH, bias_relu, bias_tanh, dense_backward, dense_backward_sgd
+from fastckpt.kernels import (
+    IDENTITY,
+    RELU,
+    SIGMOID,
+    TANH,
+    bias_identity,
+    bias_relu,
+    bias_tanh,
+    dense_backward,
+    dense_backward_sgd,
+)
 
 from fastckpt import Network, NetworkWithCheckpointing
 
-LOSSES = ["quadratic", "cross_entropy"]
-NAMES = ["sigmoid", "tanh", "relu"]
-CODES = {"sigmoid": SIGMOID, "tanh": TANH, "relu": RELU}
+LOSSES = ["quadratic", "cross_entropy", "squared_error"]
+NAMES = ["sigmoid", "tanh", "relu", "identity"]
+CODES = {"sigmoid": SIGMOID, "tanh": TANH, "relu": RELU, "identity": IDENTITY}
 STRATEGIES = ["plain", "every_nth(2)", "every_nth(3)", "segments(2)", "sqrt", "revolve(1)", "revolve(2)",
               "budget(5KiB)", "budget(5KiB, once)", "fit(64KiB)"]
 
@@ -64,6 +74,21 @@ def test_relu_is_max_with_nan_kept_and_no_subnormals(rng, dtype):
         bias_relu(np.empty((2, 3), dtype), np.empty(2, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_identity_adds_the_bias_with_nan_and_inf_kept_and_no_subnormals(rng, dtype):
+    z = (rng.standard_normal((9, 31)) * 3).astype(dtype)
+    b = rng.standard_normal(31).astype(dtype)
+    out = z.copy()
+    bias_identity(out, b)
+    np.testing.assert_array_equal(out, z + b)
+    tiny = np.finfo(dtype).tiny
+    edges = np.array([[np.nan, np.inf, -np.inf, tiny / 2, -tiny / 2, tiny, -tiny, -0.0]], dtype=dtype)
+    bias_identity(edges, np.zeros(8, dtype))
+    assert np.isnan(edges[0, 0]) and edges[0, 1:].tolist() == [np.inf, -np.inf, 0.0, 0.0, tiny, -tiny, 0.0]
+    with pytest.raises(ValueError, match="bias"):
+        bias_identity(np.empty((2, 3), dtype), np.empty(2, dtype))
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 7, 5), (17, 33, 2), (64, 129, 65)], ids=str)
@@ -102,12 +127,19 @@ def _cases(n):
         yield sizes, hidden, str(rng.choice(LOSSES)), int(rng.choice([1, 2, 5, 16]))
 
 
-@pytest.mark.parametrize("sizes,hidden,loss,batch", list(_cases(30)), ids=str)
+def _targets(rng, loss, n_out, batch):
+    """One-hot rows for a classification loss, real numbers for the squared error."""
+    if loss == "squared_error":
+        return rng.standard_normal((batch, n_out))
+    return np.eye(n_out)[rng.integers(0, n_out, batch)]
+
+
+@pytest.mark.parametrize("sizes,hidden,loss,batch", list(_cases(36)), ids=str)
 def test_backprop_matches_the_numpy_twin(rng, sizes, hidden, loss, batch):
     l2 = [float(v) for v in rng.random(len(sizes) - 1) * 0.1]
     net = Network(sizes, activation=hidden, loss=loss, l2=l2)
     x = rng.standard_normal((batch, sizes[0]))
-    y = np.eye(sizes[-1])[rng.integers(0, sizes[-1], batch)]
+    y = _targets(rng, loss, sizes[-1], batch)
     got_b, got_w = net.backprop(x, y)
     ref_b, ref_w = naive.backprop_net(list(net.weights), list(net.biases), x, y, hidden, loss, l2)
     for got, ref in zip(got_b + got_w, ref_b + ref_w):
@@ -122,7 +154,8 @@ def test_backprop_matches_the_numpy_twin(rng, sizes, hidden, loss, batch):
 def test_central_differences(rng, name, loss):
     np.random.seed(5)
     net = Network([5, 4, 6, 3], activation=name, loss=loss, l2=0.01)
-    x, y = rng.standard_normal((4, 5)), np.eye(3)[[0, 2, 1, 2]]
+    x = rng.standard_normal((4, 5))
+    y = rng.standard_normal((4, 3)) if loss == "squared_error" else np.eye(3)[[0, 2, 1, 2]]
     nabla_b, nabla_w = net.backprop(x, y)
     hidden = net.activation
     eps = 1e-5
@@ -151,8 +184,8 @@ def test_one_name_or_one_per_hidden_layer():
 
 
 @pytest.mark.parametrize("activation, message", [
-    ("softplus", "activation must be 'sigmoid', 'tanh' or 'relu' (one name, or one per hidden layer), "
-                 "got 'softplus'"),
+    ("softplus", "activation must be 'sigmoid', 'tanh', 'relu' or 'identity' (one name, or one per hidden "
+                 "layer), got 'softplus'"),
     (["relu"], "activation must be one name or a list of one per hidden layer (2), got 1: ['relu']"),
     (["relu", "gelu"], "got 'gelu'"),
     ([None, "relu"], "got None"),
@@ -169,19 +202,20 @@ def test_a_bad_activation_is_refused_with_its_name(activation, message):
 # -- checkpointing: bit-identical to plain -------------------------------------------------------
 @pytest.mark.parametrize("fused", [False, True], ids=["sgd-after", "sgd-in-backward"])
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("activation", ["tanh", "relu", ["relu", "tanh", "sigmoid", "relu", "tanh", "relu"]],
+@pytest.mark.parametrize("activation", ["tanh", "relu", ["relu", "tanh", "sigmoid", "identity", "tanh", "relu"]],
                          ids=str)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_every_strategy_is_bit_identical_to_plain(rng, activation, loss, fused, dtype):
     sizes = [9, 8, 7, 6, 8, 5, 7, 4]
     x = rng.standard_normal((6, sizes[0]))
-    y = np.eye(sizes[-1])[rng.integers(0, sizes[-1], 6)]
+    y = _targets(rng, loss, sizes[-1], 6)
+    eta = 1e-3 if loss == "squared_error" else 0.3          # a linear output of N(0, 1) weights: large errors
     kwargs = {"activation": activation, "loss": loss, "optimizer_in_backward": fused, "dtype": dtype, "l2": 1e-3}
     np.random.seed(8)
     plain = Network(sizes, **kwargs)
     ref = plain.backprop(x, y)
     for _ in range(3):
-        plain.update_mini_batch(x, y, 0.3)
+        plain.update_mini_batch(x, y, eta)
     for strategy in STRATEGIES:
         np.random.seed(8)
         net = NetworkWithCheckpointing(sizes, strategy=strategy, **kwargs)
@@ -189,7 +223,7 @@ def test_every_strategy_is_bit_identical_to_plain(rng, activation, loss, fused, 
         for a, b in zip(itertools.chain(*ref), itertools.chain(*got)):
             np.testing.assert_array_equal(a, b, err_msg=strategy)
         for _ in range(3):
-            net.update_mini_batch(x, y, 0.3)
+            net.update_mini_batch(x, y, eta)
         for a, b in zip(plain.weights + plain.biases, net.weights + net.biases):
             np.testing.assert_array_equal(a, b, err_msg=strategy)
         if strategy in ("every_nth(2)", "sqrt", "revolve(1)"):

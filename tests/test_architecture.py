@@ -43,9 +43,26 @@ def test_a_circle_is_caught_even_through_a_local_import(package):
     assert circles and all("fastckpt.planner.costs" in c for c in circles)
 
 
-def test_sizes_are_budgeted(package):
+def test_functions_are_short_and_classes_are_not_mixins(package):
     long = "def f():\n" + "    x = 1\n" * 70
-    broken = dict(package, **{"fastckpt.core.losses": package["fastckpt.core.losses"] + long + "\n" * 300})
+    mixed = "class A(B, C):\n    pass\n\n\nclass Refused(ValueError, KeyError):\n    pass\n"
+    broken = dict(package, **{"fastckpt.core.losses": package["fastckpt.core.losses"] + long + mixed})
     found = violations(broken)
     assert any(v.startswith("fastckpt.core.losses:") and "f: 71 lines, over 60" in v for v in found)
-    assert any(v.startswith("fastckpt.core.losses: ") and "over 300" in v for v in found)
+    assert any("class A: 2 bases, a class of mixins" in v for v in found)
+    assert not any("Refused" in v for v in found)                     # an exception of two kinds is one
+
+
+@pytest.mark.parametrize("module,line,expected", [
+    ("fastckpt.parallel.trainer", "from fastckpt.kernels import dense_backward",
+     "a layer kernel in parallel (dense_backward): the engine runs every layer"),
+    ("fastckpt.parallel.pipeline.stage", "from fastckpt.kernels import gemm, all_finite",
+     "a layer kernel in parallel (gemm): the engine runs every layer"),
+    ("fastckpt.nets.network", "from fastckpt.kernels import runner",
+     "fastckpt.nets.network:1 imports fastckpt.kernels: the run kernel is the engine's alone"),
+])
+def test_one_engine_runs_every_layer(package, module, line, expected):
+    """No module of parallel/ calls a layer kernel, and only the engine makes and calls the run kernel."""
+    assert violations(package) == []
+    found = violations(dict(package, **{module: line + "\n" + package[module]}))
+    assert any(expected in v for v in found), found

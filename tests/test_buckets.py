@@ -43,7 +43,7 @@ def test_bucket_bytes_must_be_a_positive_count():
 def test_train_refuses_bucket_bytes_without_mpi():
     proc = subprocess.run([*TRAIN, "--bucket-bytes", "1MiB", "--epochs", "1"], capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2 and "--bucket-bytes 1MiB is an option of --mpi" in proc.stderr
+    assert proc.returncode == 2 and "--bucket-bytes 1MiB is an option of training over MPI ranks" in proc.stderr
 
 
 JOB = """
@@ -139,7 +139,7 @@ def run(bucket, fused):
     net = fastckpt.NetworkWithCheckpointing(sizes, strategy="sqrt", optimizer_in_backward=fused, optimizer="adam")
     trainer = MPITrainer(net, bucket_bytes=bucket)
     for _ in range(2):
-        trainer.update(x, y, 0.1)
+        trainer.update_mini_batch(x, y, 0.1)
     return trainer
 rows = []
 for bucket, fused in ((2**20, False), (2**30, False), (None, True), (2**20, True)):
@@ -201,7 +201,7 @@ def run():
     trainer = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy=f"fit({bound})"))
     before = trainer.predicted_bytes(batch)["staging"]
     for _ in range(2):
-        trainer.update(x, labels, 0.1)
+        trainer.update_mini_batch(x, labels, 0.1)
     return trainer, before
 warm, before = run()
 peak = memray_peak(run)
@@ -252,5 +252,5 @@ def test_update_many_refuses_a_bad_count_on_every_rank():
     lines = proc.stdout.splitlines()
     assert len(lines) == 6, lines
     for said in ("count must be >= 1, got 0", "count must be an integer, got 2.5",
-                 "count=1 minibatches in all, but this rank alone has 2"):
+                 "count=1 mini-batches in all, but this replica alone has 2"):
         assert sum(said in line for line in lines) == 2, (said, lines)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt.planner.curves import depth_table
@@ -18,8 +19,7 @@ MiB = 2**20
 
 
 def _run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "fastckpt", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_cli(*args)
 
 
 def _is_png(path):
@@ -215,6 +215,55 @@ def test_profile_file_trains_the_saved_net_at_its_batch_and_refuses_a_flag_that_
     large = _run("profile", "--batch-size", "5000", "--out", str(tmp_path / "p"))
     assert large.returncode == 2 and large.stderr == ("fastckpt profile: error: --batch-size 5000 is more than the "
                                                       "4000 training samples of the embedded digits\n")
+
+
+@pytest.mark.parametrize("flags", [[], ["--sizes", "784,64,64,10", "--optimizer", "adam", "--epochs", "3"]],
+                         ids=["defaults", "adam"])
+def test_profile_max_memory_profiles_the_step_plan_data_chooses_for_the_bound(tmp_path, flags):
+    """profile --max-memory used to end in AttributeError (its run's settings had no validation nor shuffle): it
+    profiles the step train plans without --save, which plan --data predicts for the same bound."""
+    planned = _run("plan", "--data", "embedded", "--max-memory", "20MiB", *flags, "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["strategy"].startswith("fit(") and plan["whole_run"]["total"] <= 20 * MiB
+    proc = _run("profile", "--max-memory", "20MiB", *flags, "--steps", "1", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"({plan['strategy']}) and 1 training steps at batch 10" in proc.stdout, proc.stdout
+    _, _, step, _ = _profiled(proc.stdout)
+    assert abs(step - plan["bytes"]["total"]) <= 2**20 / 2000          # the printed MiB's last digit, rounded
+    small = _run("profile", "--max-memory", "1MiB", *flags, "--out", str(tmp_path))
+    assert small.returncode == 2 and small.stderr.startswith("fastckpt profile: error: --max-memory 1MiB: loading the "
+                                                             "data needs ") and small.stderr.count("\n") == 1
+
+
+def test_profile_file_takes_the_batch_rate_and_data_its_training_state_records(tmp_path):
+    """The README's promise: profile FILE trains at what FILE records; --eta, --batch-size and --data used to be
+    taken over it.  The same values are taken; a net.save file, which records none, takes them from the flags."""
+    trained = _run("train", "--sizes", "784,16,10", "--batch-size", "50", "--epochs", "1", "--save",
+                   str(tmp_path / "n.npz"), "--json")
+    assert trained.returncode == 0, trained.stderr
+    (x, y), (xt, yt) = fastckpt.load_mnist()
+    np.savez(tmp_path / "other.npz", x_train=x, y_train=y.argmax(axis=1), x_test=xt, y_test=yt.argmax(axis=1))
+    file = str(tmp_path / "n.npz")
+    for flags, said in ((["--eta", "0.5"], f"--eta 0.5 differs from the 3.0 FILE {file!r} records; profile FILE "
+                                           "trains it as saved, at its training state's eta: leave --eta out"),
+                        (["--batch-size", "20"], f"--batch-size 20 differs from the 50 FILE {file!r} records"),
+                        (["--data", str(tmp_path / "other.npz")],
+                         f"--data {str(tmp_path / 'other.npz')!r} differs from the data FILE {file!r} was trained on "
+                         "(the embedded digits); profile FILE trains it as saved, on its data: leave --data out")):
+        refused = _run("profile", file, *flags, "--out", str(tmp_path / "p"))
+        assert refused.returncode == 2 and refused.stderr.startswith(f"fastckpt profile: error: {said}"), \
+            refused.stderr
+        assert refused.stderr.count("\n") == 1
+    same = _run("profile", file, "--eta", "3", "--batch-size", "50", "--data", "embedded", "--steps", "1", "--out",
+                str(tmp_path / "p"))
+    assert same.returncode == 0 and "at batch 50 on the embedded digits" in same.stdout, same.stderr
+    np.random.seed(0)
+    fastckpt.Network([784, 16, 10]).save(tmp_path / "lab.npz")
+    lab = _run("profile", str(tmp_path / "lab.npz"), "--batch-size", "20", "--eta", "0.5", "--data",
+               str(tmp_path / "other.npz"), "--steps", "1", "--out", str(tmp_path / "p"))
+    assert lab.returncode == 0, lab.stderr
+    assert f"at batch 20 on {str(tmp_path / 'other.npz')!r}" in lab.stdout, lab.stdout
 
 
 def test_compare_runs_the_installed_package_whatever_the_working_directory(tmp_path):

@@ -1,11 +1,11 @@
 """``train --activation --init --optimizer --shuffle --validation``: the net the Python API trains with the
 same options, bit for bit, resumed bit for bit, and refused where a mode cannot take them."""
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 
@@ -15,7 +15,7 @@ DEEP = ["--sizes", "784,24,24,10", "--activation", "relu", "--init", "he", "--op
 
 
 def _run(*args, cwd):
-    return subprocess.run([*FASTCKPT, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 def test_train_trains_what_the_api_trains_with_the_same_options(tmp_path):

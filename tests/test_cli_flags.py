@@ -8,18 +8,18 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
 
 
 @pytest.mark.parametrize("flags, said", [
-    (["--micro-batches", "3"], "--micro-batches 3 is an option of --pipeline P; without --pipeline it would change"),
-    (["--schedule", "1f1b"], "--schedule 1f1b is an option of --pipeline P"),
-    (["--data-parallel", "2"], "--data-parallel 2 is an option of --pipeline P or --tensor-parallel; without them it "
-                               "would change nothing"),
-    (["--mpi", "--data-parallel", "2"], "--data-parallel 2 is an option of --pipeline P or --tensor-parallel"),
-    (["--transport", "int8"], "--transport int8 is an option of --pipeline P"),
-    (["--partition", "2,1"], "--partition 2,1 is an option of --pipeline P"),
-    (["--mpi", "--transport", "float16"], "--transport float16 is an option of --pipeline P"),
-    (["--tensor-parallel", "--max-memory", "1KiB"], "fit(1KiB): [784, 40, 30, 10] at 10 rows a replica needs at "
-                                                     "least 602880 bytes (588.75 KiB) on its widest tensor shard"),
-    (["--tensor-parallel", "--strategy", "revolve(2)"], "strategy revolve(2) does not apply to tensor parallelism, "
-                                                        "which recomputes each dropped state once"),
+    (["--micro-batches", "3"], "--micro-batches 3 is an option of training over MPI ranks (--data-parallel, "
+                               "--pipeline, --tensor-parallel); on one process it would change nothing"),
+    (["--schedule", "1f1b"], "--schedule 1f1b is an option of training over MPI ranks"),
+    (["--data-parallel", "2"], "--data-parallel 2 needs 2 ranks (mpiexec -n 2), got 1"),
+    (["--mpi", "--data-parallel", "2"], "--mpi is --data-parallel over every rank of the job; it does not combine "
+                                        "with --data-parallel, --pipeline or --tensor-parallel"),
+    (["--transport", "int8"], "--transport int8 is an option of training over MPI ranks"),
+    (["--partition", "2,1"], "--partition 2,1 is an option of training over MPI ranks"),
+    (["--mpi", "--transport", "float16"], "--transport float16 is an option of --pipeline P; without it it would "
+                                          "change nothing"),
+    (["--tensor-parallel", "--max-memory", "1KiB"], "fit(1KiB): the stage of layers 0..2 at micro-batches of 10 "
+                                                     "holds at least 860288 bytes (840.12 KiB)"),
 ])
 @pytest.mark.sweep(first=4)
 def test_a_flag_its_mode_does_not_use_is_refused(flags, said):

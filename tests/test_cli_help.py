@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt import plan
@@ -13,7 +14,7 @@ FASTCKPT = [sys.executable, "-m", "fastckpt"]
 
 
 def _run(*args):
-    return subprocess.run([*FASTCKPT, *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args)
 
 
 def test_version():

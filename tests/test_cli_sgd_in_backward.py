@@ -1,11 +1,11 @@
 """``train --sgd-in-backward`` and ``compare --sgd-in-backward``: the net the Python API trains with
 ``optimizer_in_backward=True``, the plan without gradient buffers, and the refusals where it cannot apply."""
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 
@@ -14,7 +14,7 @@ SMALL = ["--sizes", "784,16,10", "--epochs", "1", "--batch-size", "20"]
 
 
 def _run(*args, cwd):
-    return subprocess.run([*FASTCKPT, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 def test_train_trains_what_the_api_trains_with_the_optimizer_in_backward_and_resumes_with_it(tmp_path):

@@ -2,11 +2,11 @@
 without ``--data`` they take the data FILE records, and ``--data embedded`` names the shipped digits everywhere."""
 import json
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from naive import forward
 
 import fastckpt
@@ -15,7 +15,7 @@ FASTCKPT = [sys.executable, "-m", "fastckpt"]
 
 
 def _run(*args, cwd):
-    return subprocess.run([*FASTCKPT, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,17 @@ def test_predict_gives_the_slow_forward_pass_s_classes_on_stdout_in_a_file_and_f
     (["predict", "net.npz", "--data", "nan.npy"], "holds NaN or inf"),
     (["predict", "net.npz", "--data", "embedded", "--output", "taken.txt"],
      "--output 'taken.txt' exists; pass --force to overwrite it"),
+    # --output is checked before the prediction (the NaN in nan.npy, found by it, is not what is said) and named
+    (["predict", "net.npz", "--data", "nan.npy", "--output", "/sys/p.txt"],
+     "fastckpt predict: error: --output '/sys/p.txt': cannot write in '/sys': Permission denied"),
+    (["predict", "net.npz", "--data", "nan.npy", "--output", "."],
+     "fastckpt predict: error: --output '.': is a folder; name the file to write"),
+    (["predict", "net.npz", "--data", "nan.npy", "--output", "no/such/p.npy"],
+     "fastckpt predict: error: --output 'no/such/p.npy': no such folder 'no/such'"),
+    (["predict", "net.npz", "--data", "nan.npy", "--output", ""], "fastckpt predict: error: --output '': name the "
+                                                                  "file to write"),
+    (["predict", "net.npz", "--data", "nan.npy", "--output", "taken.txt"],
+     "fastckpt predict: error: --output 'taken.txt' exists; pass --force to overwrite it"),
     (["evaluate", "net.npz"], "FILE 'net.npz' records no training data (train --save records it; net.save does not): "
                               "give --data PATH, or --data embedded"),
     (["predict", "net.npz"], "FILE 'net.npz' records no training data"),

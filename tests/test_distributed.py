@@ -56,7 +56,7 @@ def test_several_minibatches_per_rank_share_one_exchange(tmp_path):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-13)
     bad = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--mpi", "--parallel-batches", "3"],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "parallel_batches must be a multiple of the 2 ranks, got 3" in bad.stderr
+    assert bad.returncode != 0 and "parallel_batches must be a multiple of the 2 replicas, got 3" in bad.stderr
 
 
 @needs_mpi
@@ -182,12 +182,12 @@ rng = np.random.default_rng(MPI.COMM_WORLD.Get_rank())
 x, y = rng.random((batch, 784)), rng.random((batch, 10))
 np.random.seed(0)
 warm = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy=f"fit({bound})"))
-warm.update(x, y, 0.1)
+warm.update_mini_batch(x, y, 0.1)
 def run():
     np.random.seed(0)
     trainer = MPITrainer(fastckpt.NetworkWithCheckpointing(sizes, strategy=f"fit({bound})"))
     for _ in range(2):
-        trainer.update(x, y, 0.1)
+        trainer.update_mini_batch(x, y, 0.1)
 rows = MPI.COMM_WORLD.gather([memray_peak(run), warm.predicted_bytes(batch)["total"], bound])
 if MPI.COMM_WORLD.Get_rank() == 0:             # one writer: two ranks' lines could interleave
     print(json.dumps(rows))

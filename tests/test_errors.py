@@ -79,6 +79,50 @@ def test_float32_overflowing_input_is_caught():
         net.backprop(np.full((2, 4), 1e39), np.zeros((2, 2)))
 
 
+@pytest.mark.parametrize("where", ["training_data", "labels", "test_data", "validation", "listed"])
+def test_float64_data_past_a_float32_net_s_range_is_refused_before_anything_trains(where):
+    """A float32 net given float64 data that overflows float32 used to train, then stop at the minibatch (or, for
+    the test set, after the epoch) that held it, naming the minibatch and ``inf``; now SGD refuses before its first
+    update, naming the argument, the index and the value as given."""
+    rng = np.random.default_rng(0)
+    x, y, xt = rng.random((9000, 4)), rng.integers(0, 2, 9000), rng.random((50, 4))
+    targets, kwargs = np.eye(2)[y], {}
+    if where == "labels":
+        targets[5000, 1] = -1e300
+        data, said = (x, targets), r"training_data\[1\] holds -1e\+300 at index \(5000, 1\)"
+    elif where == "test_data":
+        xt[3, 2] = 1e39
+        data, kwargs, said = (x, y), {"test_data": (xt, y[:50])}, r"test_data\[0\] holds 1e\+39 at index \(3, 2\)"
+    elif where == "validation":
+        x[8500, 0] = 1e39                                    # in the last tenth, held out for validation
+        data, kwargs, said = (x, y), {"validation": 0.1}, r"validation\[0\] holds 1e\+39 at index \(400, 0\)"
+    else:
+        x[5000, 3] = -3.5e38                                 # float32's largest is 3.4028235e+38
+        data = ([r for r in x], y) if where == "listed" else (x, y)
+        said = r"training_data\[0\] holds -3.5e\+38 at index \(5000, 3\)"
+    net = Network([4, 3, 2], dtype=np.float32)
+    before = [w.copy() for w in net.weights]
+    with pytest.raises(ValueError, match=said + r", past the range of the net's float32 \(magnitudes up to "
+                       r"3.402823e\+38\): converted to float32 it would be inf; .* nothing was trained"):
+        net.SGD(data, 1, 100, 0.1, verbose=False, **kwargs)
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))
+    x[np.abs(x) > 1] = 3.4028234e38                          # the largest float32, as float64: still in range
+    targets[np.abs(targets) > 1] = 1
+    xt[np.abs(xt) > 1] = 0.5
+    Network([4, 3, 2], dtype=np.float32).SGD(data if where == "listed" else (x, targets), 1, 100, 0.0,
+                                             verbose=False, **{"test_data": (xt, y[:50])} if kwargs else {})
+
+
+def test_listed_training_rows_are_checked_a_chunk_at_a_time_and_named_as_their_slice():
+    net = Network([4, 3, 2])
+    rows = [np.zeros(4)] * 5000 + [np.zeros(3)] + [np.zeros(4)] * 10          # 4096 rows of 4 a check
+    with pytest.raises(ValueError, match=r"training_data\[0\]\[4096:8192\] must have shape \(batch, 4\)"):
+        net.SGD((rows, np.zeros(5011, dtype=int)), 1, 10, 0.1, verbose=False)
+    rows[5000] = np.array([0.0, np.nan, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"training_data\[0\] contains NaN or inf \(first at index \(5000, 1\)"):
+        net.SGD((rows, np.zeros(5011, dtype=int)), 1, 10, 0.1, verbose=False)
+
+
 @pytest.mark.parametrize("eta,exc", [(np.nan, ValueError), (-1.0, ValueError), ("fast", TypeError)])
 def test_bad_eta(eta, exc):
     with pytest.raises(exc, match="eta"):
@@ -180,3 +224,35 @@ def test_finite_inputs_that_overflow_inside_the_net_get_no_class():
     sigmoid = Network([6, 5, 3])                                 # sigmoid(inf) is 1: an output, and a class
     sigmoid.weights = net.weights
     assert sigmoid.predict(x).shape == (3,)
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"eta": "0.1"}, TypeError, "eta must be a real number, got '0.1'"),
+    ({"eta": b"0.1"}, TypeError, "eta must be a real number, got b'0.1'"),
+    ({"drop_last": "no"}, TypeError, "drop_last must be True or False, got 'no'"),
+    ({"drop_last": 0}, TypeError, "drop_last must be True or False, got 0"),
+    ({"drop_last": None}, TypeError, "drop_last must be True or False, got None"),
+])
+def test_a_string_is_no_rate_and_drop_last_is_a_bool(kwargs, exc, message):
+    """``float("0.1")`` reads a string, so eta="0.1" used to train at 0.1; "no" is truthy, so drop_last="no" used
+    to drop the samples as True does.  Both are refused before anything trains."""
+    net = Network([4, 2])
+    before = [w.copy() for w in net.weights + net.biases]
+    x, y = np.zeros((11, 4)), np.zeros((11, 2))
+    args = {"eta": 0.1, **kwargs}
+    eta = args.pop("eta")
+    with pytest.raises(exc) as info:
+        net.SGD((x, y), 1, 2, eta, verbose=False, **args)
+    assert str(info.value) == message
+    assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+    with pytest.raises(TypeError, match="eta must be a real number, got '0.1'"):
+        net.update_mini_batch(x[:2], y[:2], "0.1")
+
+
+def test_numpy_numbers_and_bools_are_taken():
+    """What the checks above must not refuse: NumPy's scalars are numbers and np.bool_ is a bool."""
+    x, y = np.ones((11, 4)), np.zeros((11, 2))
+    _, kept = Network([4, 2]).SGD((x, y), 1, 2, np.float32(0.5), verbose=False, drop_last=np.bool_(False))
+    with pytest.warns(UserWarning, match="the last 1 of 11 training samples"):
+        _, dropped = Network([4, 2]).SGD((x, y), 1, 2, np.float64(0.5), verbose=False, drop_last=np.bool_(True))
+    assert (len(kept), len(dropped)) == (6, 5)          # 11 samples in minibatches of 2: the last one kept or not

@@ -9,6 +9,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from test_data import _write_idx
 
 import fastckpt
@@ -17,8 +18,9 @@ FASTCKPT = [sys.executable, "-m", "fastckpt"]
 
 
 def _run(*args, cwd=None, shell=None):
-    cmd = ["sh", "-c", shell] if shell else [*FASTCKPT, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
+    if shell is None:
+        return run_cli(*args, cwd=cwd)
+    return subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def _one_line_error(proc, code=2):

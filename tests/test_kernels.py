@@ -9,8 +9,11 @@ from fastckpt.kernels import (
     dense_backward_sgd,
     dense_forward,
     dense_forward_log_softmax,
+    label_sums,
     quadratic_delta,
     sgd_step,
+    squared_error_delta,
+    target_sums,
 )
 
 SHAPES = [(1, 1, 1), (1, 784, 40), (3, 7, 5), (17, 33, 1), (100, 40, 30), (64, 257, 129)]
@@ -143,6 +146,22 @@ def test_quadratic_delta(rng):
     assert loss == pytest.approx(0.5 * np.sum((a - y) ** 2) / 9, rel=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(1, 1), (9, 4), (33, 7)], ids=str)
+def test_squared_error_delta_is_the_error_of_a_linear_output(rng, shape, dtype):
+    a, y = (rng.standard_normal(shape) * 5).astype(dtype), (rng.standard_normal(shape) * 5).astype(dtype)
+    d = np.empty_like(a)
+    loss = squared_error_delta(a, y, d)
+    exact = a.astype(np.float64) - y.astype(np.float64)
+    np.testing.assert_array_equal(d, exact.astype(dtype))        # computed in float64, rounded once
+    assert loss == pytest.approx(0.5 * np.sum(exact ** 2) / shape[0], rel=1e-14)
+    tiny = np.finfo(dtype).tiny
+    small = np.array([[tiny / 4, 0.5, np.nan]], dtype=dtype)
+    d = np.empty_like(small)
+    assert np.isnan(squared_error_delta(small, np.zeros_like(small), d))
+    assert d[0, :2].tolist() == [0.0, 0.5]                       # a subnormal delta is flushed to 0
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", [0, 500, 1022])
 def test_all_finite_finds_every_position(bad, where):
@@ -196,3 +215,33 @@ def test_kernels_refuse_shapes_that_do_not_chain(rng):
                        np.empty((3, 4)), np.empty(3), np.empty((4, 5)))
     with pytest.raises(ValueError, match="do not chain"):
         dense_backward_sgd(a_in, w, b, np.empty((4, 3)), 0.1, np.empty(3), np.empty((3, 5)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_label_sums_add_the_loss_and_the_hits_of_each_row(rng, dtype):
+    from fastckpt.kernels import IDENTITY, LOG_SOFTMAX, SIGMOID
+    p = rng.dirichlet(np.ones(4), 13).astype(dtype)
+    p[0, 2] = 0.0                                                 # log 0: counted as log of the smallest normal
+    p[1] = [0.1, 0.4, 0.4, 0.1]                                   # a tie: the first arg-max, as NumPy's
+    labels = rng.integers(0, 4, 13)
+    labels[:2] = [2, 2]
+    hits = np.count_nonzero(p.argmax(axis=1) == labels)
+    sums = np.zeros(2)
+    label_sums(p, labels, LOG_SOFTMAX, sums)
+    picked = np.maximum(p[np.arange(13), labels].astype(np.float64), np.finfo(np.float64).tiny)
+    assert sums[0] == pytest.approx(-np.sum(np.log(picked)), rel=1e-13) and sums[1] == hits
+    for code in (SIGMOID, IDENTITY):
+        sums = np.array([1.0, 2.0])                               # added to, not overwritten
+        label_sums(p, labels, code, sums)
+        error = p.astype(np.float64) - np.eye(4)[labels]
+        assert sums[0] == pytest.approx(1.0 + 0.5 * np.sum(error ** 2), rel=1e-13) and sums[1] == 2.0 + hits
+
+
+def test_target_sums_are_r2s_two_sums_per_output(rng):
+    out, y = rng.standard_normal((11, 3)), rng.standard_normal((11, 3))
+    mean = y.mean(axis=0)
+    sums = np.zeros((2, 3))
+    target_sums(out[:5], y[:5], mean, sums)
+    target_sums(out[5:], y[5:], mean, sums)                       # chunk by chunk
+    np.testing.assert_allclose(sums[0], ((out - y) ** 2).sum(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(sums[1], ((y - mean) ** 2).sum(axis=0), rtol=1e-14)

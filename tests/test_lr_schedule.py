@@ -2,11 +2,11 @@
 forms, in a training run against a hand-written loop, and across a --resume."""
 import json
 import math
-import subprocess
-import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt import Network
@@ -88,8 +88,7 @@ def test_sgd_takes_each_epochs_rate(rng, spec):
 
 
 def _train(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,20,10", "--json", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+    proc = run_cli("train", "--sizes", "784,20,10", "--json", *args, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -105,48 +104,96 @@ def test_a_resumed_run_keeps_its_schedule_and_may_change_it(tmp_path):
     _train("--resume", "half.npz", "--epochs", "5", "--lr-schedule", "step(1, 0.5)", "--save", "half.npz",
            cwd=tmp_path)
     assert fastckpt.load(tmp_path / "half.npz").training_state["lr_schedule"] == "step(1, 0.5)"
-    bad = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--lr-schedule", "cosine(0)"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    bad = run_cli("train", "--lr-schedule", "cosine(0)", cwd=tmp_path)
     assert bad.returncode == 2 and "--lr-schedule" in bad.stderr and "cosine(epochs) must be >= 1, got 0" in bad.stderr
 
 
 def test_a_resume_past_a_stored_cosine_s_end_says_it_trains_at_eta_min(tmp_path):
     _train("--epochs", "2", "--lr-schedule", "cosine", "--save", "c.npz", cwd=tmp_path)     # stored as cosine(2)
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--resume", "c.npz", "--epochs", "4", "--save",
-                           "c.npz"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = run_cli("train", "--resume", "c.npz", "--epochs", "4", "--save", "c.npz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "note: the --resume file's --lr-schedule cosine(2) reached its eta_min 0 at epoch 3, so epochs 3..4 " \
            "train at 0; --lr-schedule 'cosine(4)' anneals over all 4" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("spec, eta, epoch", [("step(1, 1e200)", 1e-300, 2), ("step(1, 1e308)", 1e-300, 2),
-                                              ("step(2, 10)", 1e300, 18)])
+def _exact_step(eta, gamma, steps):
+    """eta * gamma ** steps from the exact product (Python's fractions), rounded once; the closed form and the
+    scaled product round two or three times, within 4e-16 of it."""
+    try:
+        return float(Fraction(eta) * Fraction(gamma) ** steps)
+    except OverflowError:
+        return math.inf
+
+
+@pytest.mark.parametrize("spec, eta, epoch", [("step(1, 1e200)", 1e-300, 5), ("step(1, 1e308)", 1e-300, 3),
+                                              ("step(2, 10)", 1e300, 19)])
 def test_a_schedule_that_overflows_is_refused_before_the_first_epoch(rng, spec, eta, epoch):
     """Every epoch's rate is known before the first: a rate past float64 is refused then, naming the schedule and
-    the epoch, with nothing trained (it used to train the epochs before it, then raise OverflowError)."""
+    the epoch counted from 1 as the command line's lines count them, with nothing trained (it used to train the
+    epochs before it, then raise OverflowError).  The epoch before it has a rate a float holds, and is taken."""
     x, y = rng.random((20, 6)), np.eye(2)[rng.integers(0, 2, 20)]
     net = Network([6, 4, 2])
     before = [w.copy() for w in net.weights + net.biases]
     with pytest.raises(ValueError) as info:
-        net.SGD((x, y), epoch + 1, 10, eta, verbose=False, lr_schedule=spec)
-    assert str(info.value).startswith(f"lr_schedule {parse_lr_schedule(spec)} from eta {eta!r} gives epoch {epoch} a "
-                                      "learning rate of inf"), info.value
+        net.SGD((x, y), epoch, 10, eta, verbose=False, lr_schedule=spec)
+    assert str(info.value).startswith(f"lr_schedule {parse_lr_schedule(spec)} from eta {eta!r} gives epoch "
+                                      f"{epoch}/{epoch} a learning rate of inf"), info.value
     assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
-    net.SGD((x, y), epoch, 10, eta if eta < 1 else 1e-300, verbose=False, lr_schedule=spec)   # one epoch fewer trains
-    assert all(math.isfinite(rate) for rate in net.history["eta"])
+    sched = parse_lr_schedule(spec)
+    sched.check_rates(eta, 0, epoch - 1)                                       # one epoch fewer is taken
+    np.testing.assert_allclose([sched.rate(eta, e, epoch) for e in range(epoch - 1)],
+                               [_exact_step(eta, sched.gamma, e // sched.step_size) for e in range(epoch - 1)],
+                               rtol=4e-16, atol=0)
+
+
+@pytest.mark.parametrize("eta, step_size, gamma, epochs", [(1e-300, 1, 1e200, 4), (1e-320, 2, 1e160, 5),
+                                                           (1e300, 1, 1e-200, 3), (1e300, 1, 1e-160, 4),
+                                                           (0.0, 1, 1e200, 4), (0.7, 400, 0.5, 3_000)])
+def test_a_step_rate_a_float_holds_never_overflows_on_the_way(eta, step_size, gamma, epochs):
+    """gamma ** steps may be past float64 (1e200 ** 2) while eta * gamma ** steps is not (1e100): such a rate used
+    to be refused as an overflow (or, below float64, taken as 0)."""
+    sched = StepDecay(step_size, gamma)
+    sched.check_rates(eta, 0, epochs)
+    got = [sched.rate(eta, e, epochs) for e in range(epochs)]
+    want = [_exact_step(eta, gamma, e // step_size) for e in range(epochs)]
+    np.testing.assert_allclose(got, want, rtol=4e-16, atol=0)
+    assert all(math.isfinite(rate) for rate in got)
+
+
+def test_a_cosine_from_an_eta_near_float64_s_largest_does_not_overflow():
+    """(eta - eta_min) * (1 + cos) overflowed for eta above half of float64's largest: epoch 2 of cosine(4) from
+    1.5e308 was refused as a rate of inf, though it is 1.28e308."""
+    eta, sched = 1.5e308, Cosine(4, 1e307)
+    sched.check_rates(eta, 0, 4)
+    for e in range(4):
+        cos = math.cos(math.pi * e / 4)
+        want = float(Fraction(1e307) + (Fraction(eta) - Fraction(1e307)) * (1 + Fraction(cos)) / 2)
+        assert sched.rate(eta, e, 4) == pytest.approx(want, rel=4e-16, abs=0)
+
+
+def test_train_takes_a_schedule_whose_intermediate_power_overflows(tmp_path):
+    """--eta 1e-320 with step(2, 1e160): the fifth epoch's rate is about 1 (1e-320 * 1e320), which a float holds;
+    the run used to be refused as an overflow before it began."""
+    proc = run_cli("train", "--sizes", "784,10", "--epochs", "5", "--eta", "1e-320", "--lr-schedule",
+                   "step(2, 1e160)", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    x, y = np.zeros((4, 6)), np.zeros((4, 2))
+    net = Network([6, 2])
+    net.SGD((x, y), 5, 2, 1e-320, verbose=False, lr_schedule="step(2, 1e160)")
+    np.testing.assert_allclose(net.history["eta"], [_exact_step(1e-320, 1e160, e // 2) for e in range(5)],
+                               rtol=4e-16, atol=0)
 
 
 def test_a_resumed_run_checks_its_schedule_from_its_first_epoch(rng):
     x, y = rng.random((20, 6)), np.eye(2)[rng.integers(0, 2, 20)]
-    with pytest.raises(ValueError, match=r"gives epoch 5 a learning rate of inf"):
-        Network([6, 2]).SGD((x, y), 1, 10, 1e-300, verbose=False, lr_schedule="step(1, 1e100)", first_epoch=5)
+    with pytest.raises(ValueError, match=r"gives epoch 6/6 a learning rate of inf"):     # 1e-100 * 1e100 ** 5
+        Network([6, 2]).SGD((x, y), 1, 10, 1e-100, verbose=False, lr_schedule="step(1, 1e100)", first_epoch=5)
 
 
 def test_train_refuses_an_overflowing_lr_schedule_before_it_trains(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "fastckpt", "train", "--sizes", "784,10", "--epochs", "3", "--eta",
-                           "1e-300", "--lr-schedule", "step(1, 1e200)", "--save", "n.npz"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_cli("train", "--sizes", "784,10", "--epochs", "2", "--eta", "1e300", "--lr-schedule",
+                   "step(1, 1e200)", "--save", "n.npz", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == "fastckpt train: error: --lr-schedule step(1, 1e+200) from eta 1e-300 gives epoch 2 a " \
+    assert proc.stderr == "fastckpt train: error: --lr-schedule step(1, 1e+200) from eta 1e+300 gives epoch 2/2 a " \
                           "learning rate of inf, beyond what a float holds; nothing was trained\n"
     assert not (tmp_path / "n.npz").exists()                                # no epoch was trained and saved

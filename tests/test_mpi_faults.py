@@ -48,10 +48,10 @@ def gone(pid):
 
 
 @pytest.mark.parametrize("other, message", [
-    (["--batch-size", "20"], "batch size 10 on rank 0, 20 on rank 1"),
+    (["--batch-size", "20"], "batch_size 10 on rank 0, 20 on rank 1"),
     (["--eta", "0.5"], "eta 3.0 on rank 0, 0.5 on rank 1"),
     (["--epochs", "2"], "epochs 1 on rank 0, 2 on rank 1"),
-    (["--seed", "1"], "initial weights sha256 "),
+    (["--seed", "1"], "np.random state (seed every rank alike) sha256 "),
     (["--strategy", "sqrt"], "strategy plain on rank 0, sqrt on rank 1"),
     (["--loss", "cross_entropy"], "loss quadratic on rank 0, cross_entropy on rank 1"),
     (["--sizes", "784,40,10"], "sizes [784, 40, 30, 10] on rank 0, [784, 40, 10] on rank 1"),

@@ -11,8 +11,9 @@ from test_mpi_faults import LIMIT, MPIEXEC, mpiexec
 pytestmark = pytest.mark.skipif(MPIEXEC is None or not __import__("importlib").util.find_spec("mpi4py"),
                                 reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
 FASTCKPT = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
-MODES = {"mpi": (["--mpi"], "data parallel (--mpi)"), "pipeline": (["--pipeline", "2"], "pipeline (--pipeline)"),
-         "tensor": (["--tensor-parallel"], "tensor parallel (--tensor-parallel)")}
+MODES = {"mpi": (["--mpi"], "Grid(data=2, pipeline=1, tensor=1)"),
+         "pipeline": (["--pipeline", "2"], "Grid(data=1, pipeline=2, tensor=1)"),
+         "tensor": (["--tensor-parallel"], "Grid(data=1, pipeline=1, tensor=2)")}
 
 
 @pytest.mark.parametrize("first, second", [("mpi", "pipeline"), ("pipeline", "mpi"), ("mpi", "tensor"),
@@ -23,7 +24,7 @@ def test_ranks_in_different_modes_are_refused_in_one_line(first, second):
     code, out, err, seconds = mpiexec("-n", "1", *FASTCKPT, *flags0, ":", "-n", "1", *FASTCKPT, *flags1)
     assert code == 2 and seconds < LIMIT, (code, err)
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("fastckpt train: error: ") and f"mode {mode0} on rank 0, {mode1} on rank 1" in err, err
+    assert err.startswith("fastckpt train: error: ") and f"grid {mode0} on rank 0, {mode1} on rank 1" in err, err
 
 
 SCRIPT = """
@@ -55,7 +56,7 @@ CASES = {   # (trainer, constructor, rank whose data is spoiled, how, what that 
     "pipeline-y": ("PipelineTrainer", "PipelineTrainer([784, 30, 20, 10], 2)", 1, "y[3, 5] = np.inf",
                    "y holds NaN or inf"),
     "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([784, 30, 20, 10])", 1, "x[0, 0] = np.nan",
-               "x contains NaN or inf"),
+               "x holds NaN or inf"),
 }
 
 
@@ -69,7 +70,7 @@ def test_a_nan_only_one_rank_reads_is_refused_on_every_rank(tmp_path, case):
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
     assert message in said[bad_rank][0], said                                    # the rank that found it
     other = said[1 - bad_rank][0]
-    assert other.startswith(f"the minibatch refused on rank {bad_rank}: ValueError: ") and message in other, said
+    assert other.startswith(f"the mini-batch refused on rank {bad_rank}: ValueError: ") and message in other, said
     assert said[0][1] == said[1][1] == "trained"                                 # and both went on together
 
 
@@ -130,11 +131,11 @@ np.random.seed(0)
 trainer = MPITrainer(fastckpt.Network([20, 8, 4]))
 x, y = np.random.default_rng(0).random((10, 20)), np.eye(4)[np.arange(10) % 4]
 try:
-    trainer.update(x, y, 0.1 if rank == 0 else 5.0)
+    trainer.update_mini_batch(x, y, 0.1 if rank == 0 else 5.0)
     said = "trained"
 except ValueError as exc:
     said = str(exc)
-trainer.update(x, y, 0.1)                          # and both go on together
+trainer.update_mini_batch(x, y, 0.1)                          # and both go on together
 with open(f"{sys.argv[1]}.{rank}", "w") as f:
     f.write(said + "\\n" + str(float(np.sum(trainer.net.weights[0]))))
 """
@@ -144,7 +145,7 @@ def test_mpi_trainer_ranks_given_different_etas_refuse_the_update_together(tmp_p
     code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", MISMATCHED_ETA, str(tmp_path / "said"))
     assert code == 0 and seconds < LIMIT, err
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
-    assert said[0][0] == said[1][0] and "eta 0.1, 2 minibatches in all on rank 0, eta 5.0" in said[0][0], said
+    assert said[0][0] == said[1][0] and "eta 0.1, 2 mini-batches in all on rank 0, eta 5.0" in said[0][0], said
     assert said[0][1] == said[1][1]                                              # the same weights after
 
 
@@ -164,7 +165,7 @@ if rank == 1 and {raises}:
     raise ValueError("the minibatch only rank 1 reads is bad")
 trainer.{update}(x, y, 0.1)                    # rank 0 waits here for a rank that will never come
 """
-USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))", "update"),
+USER_TRAINERS = {"mpi": ("MPITrainer", "MPITrainer(fastckpt.Network([20, 8, 4]))", "update_mini_batch"),
                  "pipeline": ("PipelineTrainer", "PipelineTrainer([20, 8, 6, 4], 2)", "update_mini_batch"),
                  "tensor": ("TensorParallelTrainer", "TensorParallelTrainer([20, 8, 6, 4])", "update_mini_batch")}
 
@@ -263,3 +264,49 @@ def test_a_grid_refused_on_one_rank_before_any_trainer_ends_the_job(ranks, grid,
     assert code == 2 and seconds < LIMIT, (code, err)
     assert f"fastckpt: rank {ranks - 1} of {ranks} failed: ValueError: Grid(data=3, pipeline=1, tensor=1) needs data " \
            f"x pipeline x tensor = 3 ranks; this communicator has {ranks}; ending the job" in err, err
+
+
+DIFFERENT = """
+import sys, numpy as np, fastckpt
+from mpi4py import MPI
+from fastckpt.distributed import Grid, Trainer
+rank = MPI.COMM_WORLD.Get_rank()
+np.random.seed(0)
+trainer = Trainer([784, 30, 20, 10], grid=Grid({grid}){options})
+(x, y), (tx, ty) = fastckpt.load_mnist()
+said = []
+for what in ("update", "evaluate", "update again"):
+    try:
+        if what == "evaluate":             # another number of test rows on rank 1
+            said.append(str(trainer.evaluate(tx[:100 + 7 * rank], ty[:100 + 7 * rank])))
+        else:                              # the same rows on every rank the second time
+            at = 40 * rank if what == "update" else 0
+            trainer.update_mini_batch(x[at:at + 40], y[at:at + 40], 0.5)
+            said.append("trained")
+    except ValueError as exc:
+        said.append(str(exc))
+with open(f"{{sys.argv[1]}}.{{rank}}", "w") as f:
+    f.write("\\n".join(said))
+"""
+
+
+@pytest.mark.parametrize("grid, options", [("tensor=2", ""), ("pipeline=2", ", micro_batches=2"),
+                                           ("tensor=2", ", optimizer_in_backward=True")],
+                         ids=["tensor", "pipeline", "tensor-in-backward"])
+@pytest.mark.sweep(first=1)
+def test_shards_given_different_mini_batches_or_test_rows_refuse_on_every_rank(tmp_path, grid, options):
+    """Tensor shards all read the whole mini-batch: different ones are refused on each, never trained on; the
+    ranks of a pipeline read x (first stage) and y (last) alone, so theirs may differ.  Every rank runs
+    evaluate on the same test rows: another number of rows on one rank is refused on every rank (it used to
+    hang, or count another rank's rows)."""
+    script = textwrap.dedent(DIFFERENT.format(grid=grid, options=options))
+    code, out, err, seconds = mpiexec("-n", "2", sys.executable, "-c", script, str(tmp_path / "said"), timeout=LIMIT)
+    assert code == 0 and seconds < LIMIT, err
+    said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
+    if grid == "tensor=2":
+        assert all("the 2 tensor shards of stage 0 were given different mini-batches" in s[0] for s in said), said
+    else:
+        assert said[0][0] == said[1][0] == "trained", said
+    assert all(s[1].startswith("the 2 ranks were given different test data") for s in said), said
+    assert all("100 rows" in s[1] and "107 rows" in s[1] for s in said), said
+    assert said[0][2] == said[1][2] == "trained", said

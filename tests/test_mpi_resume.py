@@ -68,8 +68,9 @@ def test_a_pipeline_resume_takes_the_files_micro_batches_schedule_and_transport(
         np.testing.assert_array_equal(x, y)
     proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, *NET, "--pipeline", "2", "--schedule", "1f1b", "--epochs", "3",
                            "--resume", str(part), "--save", str(part)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "--schedule zb1 --transport bfloat16, and this run would go on with --pipeline 2 " \
-        "--micro-batches 3 --schedule 1f1b --transport bfloat16" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "--schedule zb1 --transport bfloat16, and this run would go on with " \
+        "--data-parallel 1 --pipeline 2 --tensor-parallel 1 --micro-batches 3 --schedule 1f1b --transport bfloat16" \
+        in proc.stderr, proc.stderr
 
 
 @needs_mpi
@@ -81,7 +82,8 @@ def test_a_resume_in_another_mode_is_refused_in_one_line(tmp_path):
                                str(part), "--save", str(part)], capture_output=True, text=True, timeout=300)
         # every rank says it (their lines may interleave), none with a traceback
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and \
-            "was trained with --mpi on 2 ranks, and this run would go on with --" in proc.stderr, proc.stderr
+            "was trained with --data-parallel 2 --pipeline 1 --tensor-parallel 1 --micro-batches 1, and this run " \
+            "would go on with --" in proc.stderr, proc.stderr
     proc = subprocess.run([*TRAIN, *NET, "--epochs", "2", "--resume", str(part), "--save", str(part)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "this run would go on on one process" in proc.stderr, proc.stderr
@@ -125,3 +127,30 @@ def test_load_net_is_agreed_by_every_rank(mode):
                                             for line in said["differ"]), said
     assert len(said["none"]) == 2 and all(line.startswith("TypeError: load_net: net must be a fastckpt Network")
                                           for line in said["none"]), said
+
+
+@pytest.mark.parametrize("recorded, now", [
+    ("with --mpi on 2 ranks", "with --data-parallel 2 --pipeline 1 --tensor-parallel 1 --micro-batches 1"),
+    ("with --mpi on 1 rank", "with --data-parallel 1 --pipeline 1 --tensor-parallel 1 --micro-batches 1"),
+    ("with --tensor-parallel on 4 ranks", "with --data-parallel 1 --pipeline 1 --tensor-parallel 4 --micro-batches 1"),
+    ("with --pipeline 2 --micro-batches 4 --schedule zb1 --transport int8 --partition 2,1",
+     "with --data-parallel 1 --pipeline 2 --tensor-parallel 1 --micro-batches 4 --schedule zb1 --transport int8 "
+     "--partition 2,1"),
+    ("with --pipeline 2 --tensor-parallel 2 --micro-batches 4 --schedule gpipe --transport native",
+     "with --data-parallel 1 --pipeline 2 --tensor-parallel 2 --micro-batches 4 --schedule gpipe --transport native"),
+    ("on one process", "on one process"),
+])
+def test_a_file_of_0_3_goes_on_in_the_grid_that_trains_as_it_did(recorded, now):
+    """0.3's --mpi is --data-parallel over the ranks (each its own mini-batch, then as now); its pipelines and
+    tensor splits of one replica are the same grids today."""
+    from fastckpt.cli.resume import file_mode
+    assert file_mode(recorded, "old.npz") == now
+
+
+@pytest.mark.parametrize("recorded", ["with --pipeline 2 --data-parallel 2 --micro-batches 4 --schedule gpipe "
+                                      "--transport native", "with --tensor-parallel --data-parallel 2 on 4 ranks"])
+def test_a_file_of_0_3_whose_replicas_split_each_mini_batch_is_refused_naming_the_version(recorded):
+    from fastckpt.cli.resume import file_mode
+    with pytest.raises(ValueError, match=r"^--resume 'old.npz' was trained by fastckpt 0\.3 .*whose replicas split "
+                                         r"each mini-batch; today each replica takes a mini-batch of its own"):
+        file_mode(recorded, "old.npz")

@@ -15,7 +15,7 @@ def test_wheel_contains_kernels_and_data(tmp_path):
     wheel = next(tmp_path.glob("fastckpt-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("fastckpt/kernels/__init__.py", "fastckpt/kernels/dense.py", "fastckpt/kernels/blas.py",
-                   "fastckpt/nets/network.py", "fastckpt/parallel/pipeline/trainer.py", "fastckpt/data/__init__.py",
+                   "fastckpt/nets/network.py", "fastckpt/parallel/pipeline/stage.py", "fastckpt/data/__init__.py",
                    "fastckpt/data/mnist_5k.csv.gz",
                    "fastckpt/data/LICENSE-mnist_5k.txt"):
         assert needed in names

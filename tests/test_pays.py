@@ -1,9 +1,8 @@
 """When checkpointing pays (fastckpt.planner.pays) against a scan of every batch, and the one line that says so."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt.planner.pays import does_not_pay, pays_from, saving
@@ -50,14 +49,11 @@ def test_the_line_names_the_cost_and_the_batches_from_which_it_pays():
 
 
 def test_plan_train_and_compare_say_it_in_one_line(tmp_path):
-    run = [sys.executable, "-m", "fastckpt"]
-    shown = subprocess.run([*run, "plan", "--strategy", "sqrt"], capture_output=True, text=True, timeout=120)
+    shown = run_cli("plan", "--strategy", "sqrt")
     assert shown.stdout.splitlines()[-1].startswith("note: sqrt saves no memory over plain"), shown.stdout
-    quiet = subprocess.run([*run, "plan", "--strategy", "sqrt", "--batch-size", "1000"], capture_output=True,
-                           text=True, timeout=120)
+    quiet = run_cli("plan", "--strategy", "sqrt", "--batch-size", "1000")
     assert "note:" not in quiet.stdout
-    trained = subprocess.run([*run, "train", "--strategy", "sqrt", "--epochs", "1"], capture_output=True, text=True,
-                             timeout=120, cwd=tmp_path)
+    trained = run_cli("train", "--strategy", "sqrt", "--epochs", "1", cwd=tmp_path)
     assert trained.stderr.startswith("fastckpt train: note: sqrt saves no memory over plain"), trained.stderr
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fastckpt
+from fastckpt.core.activations import state_codes
 from fastckpt.parallel.pipeline.links import SEND_BUFFERS
 from fastckpt.parallel.pipeline.partition import balance, choose_partition
 from fastckpt.parallel.pipeline.schedules import in_flight, pending_weights, schedule, storage_slots
@@ -160,6 +161,16 @@ def test_the_deadlock_check_can_fail():
     assert not _runs_to_the_end("zb1", 4, 8, 0)
 
 
+def _acts(sizes, loss="quadratic"):
+    """The state activation codes of a sigmoid net of ``sizes`` with ``loss``."""
+    return state_codes(("sigmoid",) * (len(sizes) - 2), loss)
+
+
+def _stage(plan, first, last, *, l2, slots, loss="quadratic", acts=None, deferred=0):
+    return Stage(plan, first_stage=first, last_stage=last, loss=loss, l2=l2, slots=slots, deferred=deferred,
+                 acts=_acts(plan.sizes, loss) if acts is None else acts)
+
+
 def _chain(sizes, cuts, strategy, micro_rows, dtype, loss="quadratic", l2=0.0):
     """A pipeline in one process: Stages over ``cuts`` (layers per stage) and their parameters."""
     np.random.seed(0)
@@ -172,8 +183,8 @@ def _chain(sizes, cuts, strategy, micro_rows, dtype, loss="quadratic", l2=0.0):
             params.weights[i] = net.weights[lo + i]
             params.biases[i] = net.biases[lo + i]
         plan = fastckpt.plan(sub, micro_rows, dtype, strategy)
-        stage = Stage(plan, first_stage=s == 0, last_stage=s == len(cuts) - 1, softmax=loss == "cross_entropy",
-                      l2=net.l2[lo:lo + n], slots=4)
+        stage = _stage(plan, s == 0, s == len(cuts) - 1, loss=loss, l2=net.l2[lo:lo + n], slots=4,
+                       acts=_acts(sizes, loss)[lo:lo + n + 1])
         stages.append((stage, params))
         lo += n
     return net, stages
@@ -195,7 +206,7 @@ def test_a_chain_of_stages_gives_the_gradients_of_one_net(strategy, dtype, rng):
             a = x[micro[k]:micro[k + 1]]
             for s, (stage, params) in enumerate(stages):
                 inputs[(s, k)] = a.copy()
-                out = stage.forward(params.flat, inputs[(s, k)], k)
+                out = stage.forward(params, inputs[(s, k)], k)
                 a = None if out is None else out.copy()
         losses = 0.0
         for j, k in enumerate(reversed(order)):
@@ -205,9 +216,9 @@ def test_a_chain_of_stages_gives_the_gradients_of_one_net(strategy, dtype, rng):
                 stage, params = stages[s]
                 if delta is not None:
                     stage.output_delta(rows)[...] = delta
-                status, loss = stage.backward(params.flat, inputs[(s, k)],
+                status, loss = stage.backward(params, inputs[(s, k)],
                                               y[micro[k]:micro[k + 1]] if s == len(stages) - 1 else None,
-                                              k, accs[s], 1.0 / batch, j == 0)
+                                              k, accs[s], 1.0 / batch, add=j > 0, l2=j == 0)
                 assert status == 0
                 if s == len(stages) - 1:
                     losses += loss * rows / batch
@@ -235,18 +246,18 @@ def test_only_the_live_set_survives_between_passes(strategy, rng):
         results = []
         for poison in (False, True):
             plan = fastckpt.plan(sizes, 5, np.float64, strategy)
-            stage = Stage(plan, first_stage=first, last_stage=last, softmax=False, l2=np.zeros(6), slots=1)
+            stage = _stage(plan, first, last, l2=np.zeros(6), slots=1)
             params = fastckpt.Parameters(sizes)
             params.flat[...] = rng.standard_normal(params.flat.shape) if not results else results[0][2]
-            stage.forward(params.flat, x, 0)
+            stage.forward(params, x, 0)
             if poison:
-                stage.forward(params.flat, x * 0.5, 1)       # another micro-batch takes the arena: 0 is stored
-                stage.workspace.activations[...] = np.nan
+                stage.forward(params, x * 0.5, 1)            # another micro-batch takes the arena: 0 is stored
+                stage.engine.workspace.activations[...] = np.nan
                 stage._owner = None                          # the arena now holds nothing of anyone
             if not last:
                 stage.output_delta(5)[...] = np.linspace(-1, 1, 5 * sizes[-1]).reshape(5, -1)
             acc = params.new_buffer()
-            status, _ = stage.backward(params.flat, x, y if last else None, 0, acc, 0.2, True)
+            status, _ = stage.backward(params, x, y if last else None, 0, acc, 0.2, add=False, l2=True)
             assert status == 0
             results.append((acc.copy(), None if first else stage.input_delta(5).copy(), params.flat.copy()))
         np.testing.assert_array_equal(results[0][0], results[1][0])
@@ -321,22 +332,21 @@ def test_a_backward_pass_split_in_b_and_w_is_the_whole_one_bit_for_bit(strategy,
     for first, last in ((True, True), (False, True), (False, False), (True, False)):
         results = []
         for split in (False, True):
-            stage = Stage(plan, first_stage=first, last_stage=last, softmax=False, l2=np.full(6, 0.01), slots=1,
-                          deferred=1)
+            stage = _stage(plan, first, last, l2=np.full(6, 0.01), slots=1, deferred=1)
             acc = params.new_buffer()
             for k, first_pass in ((0, True), (1, False)):        # W's copy, then its sum
-                stage.forward(params.flat, x * (k + 1), k)
+                stage.forward(params, x * (k + 1), k)
                 if not last:
                     stage.output_delta(5)[...] = np.linspace(-1, 1, 20).reshape(5, 4) * (k + 1)
                 if split:
-                    status, loss = stage.backward_input(params.flat, x * (k + 1), y if last else None, k)
+                    status, loss = stage.backward_input(params, x * (k + 1), y if last else None, k)
                     delta = None if first else stage.input_delta(5).copy()
-                    stage.forward(params.flat, x * 0.5, 9)          # another micro-batch takes the arena
+                    stage.forward(params, x * 0.5, 9)               # another micro-batch takes the arena
                     stage._owner = None
-                    stage.backward_weights(params.flat, k, acc, 0.2, first_pass)
+                    stage.backward_weights(params, k, acc, 0.2, add=not first_pass, l2=first_pass)
                 else:
-                    status, loss = stage.backward(params.flat, x * (k + 1), y if last else None, k, acc, 0.2,
-                                                  first_pass)
+                    status, loss = stage.backward(params, x * (k + 1), y if last else None, k, acc, 0.2,
+                                                  add=not first_pass, l2=first_pass)
                     delta = None if first else stage.input_delta(5).copy()
                 assert status == 0
                 results.append((delta, loss))

@@ -33,7 +33,7 @@ def _one_process(case, x, y):
                            l2=case.get("l2", 0.0), optimizer=case.get("optimizer", "sgd"),
                            activation=case.get("activation", "sigmoid"), init=case.get("init", "lab"))
     before = [w.copy() for w in net.weights + net.biases]
-    batch = case.get("batch", 20)
+    batch = case.get("batch", 20) * case.get("data_parallel", 1)       # the replicas' mini-batches together
     for u in range(case.get("updates", 3)):
         net.update_mini_batch(x[u * batch:(u + 1) * batch], y[u * batch:(u + 1) * batch], case.get("eta", 1.0))
     return before, net
@@ -47,7 +47,10 @@ CASES = {
              l2=[0.1, 0, 0, 0.2, 0, 0, 0.3]),
         dict(sizes=DEEP, schedule="zb1", micro=5, batch=23, strategy="sqrt"),
         dict(sizes=DEEP, schedule="zb1", micro=3, strategy="plain", partition=[5, 2], loss="cross_entropy",
-             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01)],
+             l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01),
+        # regression: a linear output and the squared error, a linear hidden layer among them
+        dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="sqrt", loss="squared_error", init="xavier",
+             activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], l2=0.01, eta=0.05)],
     4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01),
@@ -164,9 +167,10 @@ def test_each_ranks_memray_peak_is_its_plan_with_replicas(tmp_path):
                          ids=["2x2", "2x2x2"])
 @pytest.mark.sweep('2x2')
 def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path, ranks, grid):
-    """--data-parallel 2 x --pipeline 2 on 4 ranks, and with its stages split over 2 tensor ranks each on 8:
-    the net (and Adam state) of one process on the same minibatches."""
-    outs = [tmp_path / "grid.npz", tmp_path / "one.npz"]
+    """NOTE [ One meaning of data parallelism ]: --data-parallel 2 x --pipeline 2 on 4 ranks (and with its stages
+    split over 2 tensor ranks each on 8) trains the net, and Adam's state, of --data-parallel 2 on 2 ranks, and
+    of one process on the replicas' mini-batches together (--batch-size 20 for 2 x 10)."""
+    outs = [tmp_path / "grid.npz", tmp_path / "data.npz", tmp_path / "one.npz"]
     net = ["--activation", "relu", "--init", "he", "--optimizer", "adam", "--eta", "0.002", "--sizes",
            "784,48,32,24,10", "--epochs", "1", "--strategy", "sqrt", "--json", "--save"]
     proc = subprocess.run([MPIEXEC, "-n", str(ranks), *TRAIN, "--pipeline", "2", "--data-parallel", "2",
@@ -175,10 +179,15 @@ def test_cli_data_parallel_pipelines_train_like_one_process(tmp_path, ranks, gri
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert (result["pipeline"], result["data_parallel"], result["ranks"]) == (2, 2, ranks)
-    assert result["tensor_parallel"] == ranks // 4
-    one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
+    assert result["tensor_parallel"] == ranks // 4 and result["updates"] == 4000 // 20
+    data = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--data-parallel", "2", *net, str(outs[1])],
+                          capture_output=True, text=True, timeout=300)
+    assert data.returncode == 0, data.stderr[-3000:]
+    one = subprocess.run([*TRAIN, "--batch-size", "20", *net, str(outs[2])], capture_output=True, text=True,
+                         timeout=300)
     assert one.returncode == 0, one.stderr
-    assert_same_saved_net(*outs)
+    assert_same_saved_net(outs[0], outs[1])
+    assert_same_saved_net(outs[0], outs[2])
     bad = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--data-parallel", "2", "--epochs", "1"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--data-parallel 2 x --pipeline 2 needs 4 ranks (mpiexec -n 4), got 2" in bad.stderr
@@ -235,8 +244,8 @@ def test_cli_pipeline_trains_like_one_process(tmp_path, net):
                                                    "got 2"),
     (["--pipeline", "2", "--data-parallel", "2", "--tensor-parallel"], "--data-parallel 2 x --pipeline 2 with "
                                                                       "--tensor-parallel needs a multiple of 4 ranks"),
-    (["--pipeline", "2", "--mpi"], "train takes one of --mpi, --pipeline (with --tensor-parallel or not) and "
-                                   "--tensor-parallel, got --mpi and --pipeline"),
+    (["--pipeline", "2", "--mpi"], "--mpi is --data-parallel over every rank of the job; it does not combine with "
+                                   "--data-parallel, --pipeline or --tensor-parallel"),
 ])
 def test_bad_pipeline_settings_are_one_clear_error_not_a_hang(args, message):
     t0 = time.monotonic()
@@ -271,11 +280,11 @@ def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on():
             "try:\n"
             "    t.update_mini_batch(x, y, 0.5)\n"
             "except FloatingPointError as exc:\n"
-            "    print('refused', t.rank, exc)\n"
+            "    print('refused', t.places.stage, exc)\n"
             "after = t.gather()\n"
             "assert all((a == b).all() for a, b in zip(before[0] + before[1], after[0] + after[1]))\n"
             "t.update_mini_batch(x, np.zeros((8, 3)), 0.5)\n"
-            "print('trained', t.rank)\n")
+            "print('trained', t.places.stage)\n")
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr

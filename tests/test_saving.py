@@ -3,17 +3,14 @@ import copy
 import json
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 import fastckpt
 from fastckpt import Network, NetworkWithCheckpointing
 from fastckpt.core.fileformat import FORMAT_VERSION
-
-TRAIN = [sys.executable, "-m", "fastckpt", "train"]
 
 
 def _data(rng, n=120, n_in=12, n_out=4):
@@ -205,7 +202,7 @@ def _rewrite(path, **changes):
 @pytest.mark.parametrize("change,message", [
     ({"meta": {"version": 99}}, "format version 99, but this fastckpt reads versions 0, 1 and 2"),
     ({"meta": {"version": 1}}, "a version-1 file has no activation, but this one names ['sigmoid']"),
-    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh' or 'relu'"),
+    ({"meta": {"activation": "softplus"}}, "activation must be 'sigmoid', 'tanh', 'relu' or 'identity'"),
     ({"meta": {"activation": ["relu", "tanh"]}}, "activation must be one name or a list of one per hidden layer (1)"),
     ({"meta": {"activation": [3]}}, "activation must be a name or a list of names"),
     ({"meta": {"optimizer": "adam"}}, "optimizer must be a JSON object and optimizer_steps an integer >= 0"),
@@ -278,9 +275,7 @@ def test_a_file_is_checked_before_its_arrays_are_read(tmp_path):
 
 # -- the command: --save every epoch, --resume bit for bit ------------------------------------------
 def _train(*args, cwd):
-    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--json", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
-    return proc
+    return run_cli("train", "--sizes", "784,16,10", "--json", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("dtype,extra", [("float64", ["--strategy", "sqrt"]),
@@ -313,23 +308,23 @@ def test_resume_refuses_what_would_change_the_run(tmp_path):
                           (["--batch-size", "20"], "--batch-size 20 differs from the --resume file's 10"),
                           (["--max-memory", "64MiB"], "--max-memory 64MiB differs from the --resume file's plain"),
                           (["--epochs", "1"], "has already trained 1 epochs"),
-                          (["--mpi"], "was trained on one process, and this run would go on with --mpi on 1 rank:"),
+                          (["--mpi"], "was trained on one process, and this run would go on with --data-parallel 1 "
+                                      "--pipeline 1 --tensor-parallel 1 --micro-batches 1:"),
                           (["--threads", "2"], "average 2 mini-batches per update, but the --resume file's run "
                                                "averaged 1")]:
-        proc = subprocess.run([*TRAIN, "--resume", "p.npz", *args], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        proc = run_cli("train", "--resume", "p.npz", *args, cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
     Network([784, 16, 10]).save(tmp_path / "bare.npz")
-    proc = subprocess.run([*TRAIN, "--resume", "bare.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "bare.npz", cwd=tmp_path)
     assert proc.returncode == 2 and "holds a net but no training state" in proc.stderr
-    proc = subprocess.run([*TRAIN, "--resume", "nope.npz"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "nope.npz", cwd=tmp_path)
     assert proc.returncode == 2 and "--resume 'nope.npz': no such file" in proc.stderr
 
 
 def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
-    proc = subprocess.run([*TRAIN, "--sizes", "784,16,10", "--resume", "p.npz", "--epochs", "3", "--eta", "0.5",
-                           "--save", "p.npz"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = run_cli("train", "--sizes", "784,16,10", "--resume", "p.npz", "--epochs", "3", "--eta", "0.5",
+                   "--save", "p.npz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "fastckpt train: note: --eta 0.5 instead of the --resume file's 3: the run goes on at the new rate " \
            "(fine-tuning), so it is not the unbroken run's bit for bit" in proc.stderr.splitlines()
@@ -341,8 +336,7 @@ def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
     tuned = fastckpt.load(tmp_path / "p.npz")
     _same(tuned, twin)
     assert tuned.training_state["eta"] == 0.5 and tuned.training_state["epochs_done"] == 3
-    again = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "4", "--save", "p.npz"], capture_output=True,
-                           text=True, timeout=300, cwd=tmp_path)
+    again = run_cli("train", "--resume", "p.npz", "--epochs", "4", "--save", "p.npz", cwd=tmp_path)
     assert again.returncode == 0 and "note: --eta" not in again.stderr, again.stderr     # the file's rate now
     twin.SGD((x, y), 1, 10, 0.5, test_data=test, verbose=False, first_epoch=3)
     _same(fastckpt.load(tmp_path / "p.npz"), twin)
@@ -457,9 +451,38 @@ def test_resume_checks_every_field_of_the_training_state(tmp_path, change, messa
         arrays.pop("rng_keys")
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(path, **arrays)
-    proc = subprocess.run([*TRAIN, "--resume", "p.npz", "--epochs", "3"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and "p.npz" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"mode": 3}, "needs mode as a string or null, got 3"),
+    ({"max_memory": "lots"}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got "
+                             "'lots'"),
+    ({"max_memory": -5}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got -5"),
+    ({"max_memory": True}, "needs max_memory as an integer of bytes from 1 to 9223372036854775807 or null, got True"),
+    ({"shuffle": "x"}, "needs shuffle as an integer seed from 0 to 2**32 - 1 or null, got 'x'"),
+    ({"validation": 5}, "needs validation as a fraction between 0 and 1 or null, got 5"),
+    ({"lr_schedule": 3}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got 3"),
+    ({"lr_schedule": "bogus"}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got "
+                               "'bogus'"),
+])
+def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, change, message):
+    """A mode of 3 used to end in AttributeError ("a bug"), a max_memory of "lots" or -5 to be taken and written
+    on; the others were refused without naming the file.  Each is one line naming the file, field and value."""
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    _rewrite(tmp_path / "p.npz", meta={"training": {**fastckpt.load(tmp_path / "p.npz").training_state, **change,
+                                                    "rng": _saved_rng(tmp_path / "p.npz")}})
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", "--save", "p.npz", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == (f"fastckpt train: error: --resume 'p.npz': its training state "
+                                                    f"{message}\n"), proc.stderr
+    assert fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
+
+
+def _saved_rng(path):
+    """The ``rng`` entry of a file's training state as the file holds it (its 624 key words are an array)."""
+    with np.load(path) as f:
+        return json.loads(str(f["meta"]))["training"]["rng"]
 
 
 def test_resume_knows_its_data_by_contents_not_by_path(tmp_path):
@@ -495,8 +518,7 @@ def test_the_same_max_memory_resume_command_can_run_again_and_again(tmp_path):
     """A job script that resumes with the --max-memory the run started with: every rerun goes on, and the
     file ends as the unbroken run's, bit for bit."""
     def train(*args):
-        proc = subprocess.run([*TRAIN, "--max-memory", "40MiB", "--json", *args], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        proc = run_cli("train", "--max-memory", "40MiB", "--json", *args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     common = ["--sizes", "784,64,64,10", "--batch-size", "200"]
     train(*common, "--epochs", "2", "--save", "g.npz")
@@ -514,7 +536,7 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     """Leaving --max-memory out goes on under the file's bound, and writes it again, so a later resume that
     names the same bound still goes on."""
     def train(*args):
-        proc = subprocess.run([*TRAIN, "--json", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        proc = run_cli("train", "--json", *args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     train("--sizes", "784,64,64,10", "--batch-size", "200", "--max-memory", "40MiB", "--epochs", "1",
           "--save", "g.npz")
@@ -522,6 +544,39 @@ def test_a_resume_without_max_memory_keeps_the_files_bound(tmp_path):
     assert fastckpt.load(tmp_path / "g.npz").training_state["max_memory"] == 40 * 2**20
     train("--epochs", "3", "--resume", "g.npz", "--save", "g.npz", "--max-memory", "40MiB")
     assert fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
+
+
+@pytest.mark.bounds
+def test_a_resume_to_more_epochs_keeps_the_whole_run_within_the_files_bound(tmp_path):
+    """More epochs make longer result lists: a file whose step kept its run within --max-memory to the byte would
+    put the longer run over.  The resumed run plans its step anew (the same gradients: the unbroken plain run's
+    weights, bit for bit), and one that no step fits is refused before it trains.  The file's step used to go on
+    unchecked, over the bound."""
+    def json_of(*args):
+        proc = run_cli(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    common = ["--sizes", ",".join(["784"] + ["256"] * 8 + ["10"]), "--batch-size", "500"]
+    plain = json_of("plan", "--data", "embedded", *common, "--epochs", "1")["whole_run"]["total"]
+    bound = json_of("plan", "--data", "embedded", *common, "--epochs", "1", "--max-memory",
+                    str(plain - 1))["whole_run"]["total"]               # a step that recomputes, not a byte to spare
+    first = json_of("train", *common, "--epochs", "1", "--max-memory", str(bound), "--save", "g.npz")
+    assert first["bound"]["whole_run_bytes"] == bound
+    over = json_of("plan", "--data", "embedded", *common, "--epochs", "3", "--strategy", first["strategy"])
+    assert over["whole_run"]["total"] > bound                          # the file's step, over three epochs
+    resumed = json_of("train", "--epochs", "3", "--resume", "g.npz", "--save", "g.npz")
+    assert resumed["bound"]["whole_run_bytes"] <= bound < over["whole_run"]["total"]
+    assert resumed["bound"]["step_bytes"] < first["bound"]["step_bytes"] and resumed["strategy"] != first["strategy"]
+    json_of("train", *common, "--epochs", "3", "--strategy", "plain", "--save", "whole.npz")
+    a, b = fastckpt.load(tmp_path / "g.npz"), fastckpt.load(tmp_path / "whole.npz")
+    assert a.training_state["max_memory"] == bound and str(a.strategy) == resumed["strategy"]
+    for x, y in zip(a.weights + a.biases, b.weights + b.biases):
+        np.testing.assert_array_equal(x, y)
+    refused = run_cli("train", "--epochs", "100000", "--resume", "g.npz", "--save", "g.npz", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith(
+        "fastckpt train: error: --resume 'g.npz' was trained under --max-memory, which bounds the resumed run too: "
+        f"for --epochs 100000 in all, --max-memory {bound}: the whole run needs "), refused.stderr
+    assert refused.stderr.count("\n") == 1 and fastckpt.load(tmp_path / "g.npz").training_state["epochs_done"] == 3
 
 
 def _adam_file(tmp_path, rng):

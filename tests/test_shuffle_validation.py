@@ -2,6 +2,7 @@
 with the mean training loss and the validation accuracy per epoch."""
 import copy
 
+import naive
 import numpy as np
 import pytest
 
@@ -83,17 +84,20 @@ def test_a_validation_fraction_holds_out_the_last_samples(rng, capsys):
     twin = copy.deepcopy(net)
     net.SGD((x, y), epochs=3, mini_batch_size=8, eta=0.3, validation=0.2, shuffle=5)
     orders = [np.random.default_rng([5, epoch]).permutation(40) for epoch in range(3)]    # 40 train, 10 held out
-    val = []
+    val, val_loss = [], []
     losses = []
     for order in orders:
         losses += _by_hand(twin, x[:40], y[:40], [order], 8, 0.3)
         val.append(twin.evaluate(x[40:], y[40:]))
+        out = naive.forward_net(twin.weights, twin.biases, x[40:], twin.activation)[-1]
+        val_loss.append(0.5 * np.sum((out - y[40:]) ** 2) / 10)                # the lab's quadratic cost
     for a, b in zip(net.weights + net.biases, twin.weights + twin.biases):
         np.testing.assert_array_equal(a, b)
     assert net.history["val_accuracy"] == val and net.history["loss"] == pytest.approx(losses, rel=1e-15)
+    assert net.history["val_loss"] == pytest.approx(val_loss, rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"Epoch: {j}, training loss: {loss:.6g}, validation accuracy: {acc:.4g}"
-                     for j, (loss, acc) in enumerate(zip(net.history["loss"], val))]
+    assert lines == [f"Epoch: {j}, training loss: {loss:.6g}, validation loss: {vl:.6g}, validation accuracy: "
+                     f"{acc:.4g}" for j, (loss, vl, acc) in enumerate(zip(net.history["loss"], val_loss, val))]
 
 
 def test_a_validation_set_is_used_as_given(rng, capsys):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run_cli
 
 TRAIN = [sys.executable, "-m", "fastckpt", "train", "--sizes", "784,12,10", "--epochs", "2", "--batch-size", "50"]
 
@@ -46,8 +47,7 @@ def _epoch_lines(text):
 @pytest.mark.parametrize("mode", [[], ["--threads", "2"]])
 def test_train_prints_one_line_per_epoch_from_1_on_a_terminal_and_in_a_pipe_and_a_bar_only_on_a_terminal(mode):
     _, shown = _on_a_terminal(TRAIN + mode + ["--validation", "0.1"] * (not mode), stdout_too=True)
-    logged = subprocess.run(TRAIN + mode + ["--validation", "0.1"] * (not mode), capture_output=True, text=True,
-                            timeout=120)
+    logged = run_cli(*TRAIN[3:], *mode, *["--validation", "0.1"] * (not mode))
     assert logged.returncode == 0 and "\r" not in logged.stderr + logged.stdout and "ETA" not in logged.stderr
     assert "Epoch: " not in logged.stdout + shown                         # the lab's lines are the API's
     lines = _epoch_lines(logged.stdout)
@@ -65,18 +65,18 @@ def test_train_prints_one_line_per_epoch_from_1_on_a_terminal_and_in_a_pipe_and_
         np.random.seed(0)
         net = fastckpt.Network([784, 12, 10])
         net.SGD((x, y), 2, 50, 3.0, test_data=test, verbose=False, validation=0.1)
-        assert lines == [f"epoch {j + 1}/2: test accuracy {a:.4f}, training loss {loss:.4g}, validation accuracy "
-                         f"{v:.4f}" for j, (a, loss, v) in enumerate(zip(net.accuracies, net.history["loss"],
-                                                                        net.history["val_accuracy"]))]
+        assert lines == [f"epoch {j + 1}/2: test accuracy {a:.4f}, training loss {loss:.4g}, validation loss "
+                         f"{vl:.4g}, validation accuracy {v:.4f}"
+                         for j, (a, loss, vl, v) in enumerate(zip(net.accuracies, net.history["loss"],
+                                                                  net.history["val_loss"],
+                                                                  net.history["val_accuracy"]))]
         assert all(re.search(r"% loss \d+(\.\d+)? ETA (\d+ s|\d+:\d\d)$", bar) for bar in bars), bars   # running loss
 
 
 def test_a_resumed_run_counts_its_epochs_on_from_the_file_s(tmp_path):
-    first = subprocess.run(TRAIN + ["--save", str(tmp_path / "n.npz")], capture_output=True, text=True,
-                           timeout=120)
+    first = run_cli(*TRAIN[3:], "--save", tmp_path / "n.npz")
     assert first.returncode == 0, first.stderr
-    resumed = subprocess.run([*TRAIN[:4], "--resume", str(tmp_path / "n.npz"), "--epochs", "3", "--save",
-                              str(tmp_path / "n.npz")], capture_output=True, text=True, timeout=120)
+    resumed = run_cli("train", "--resume", tmp_path / "n.npz", "--epochs", "3", "--save", tmp_path / "n.npz")
     assert resumed.returncode == 0, resumed.stderr
     assert [line.split(":")[0] for line in _epoch_lines(resumed.stdout)] == ["epoch 3/3"]
 
@@ -99,12 +99,16 @@ def test_sgd_draws_a_bar_on_a_terminal_and_wipes_it_before_the_lab_s_line(given)
 
 
 def test_sgd_draws_no_bar_into_a_pipe_unless_asked(capfd):
-    for given, bar in [("", False), (", progress=False", False), (", progress=True", True)]:
-        proc = subprocess.run([sys.executable, "-c", SCRIPT.format(given)], capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        assert ("] 100%" in proc.stderr) == bar, (given, proc.stderr)
-        assert [line.split(",")[0] for line in proc.stdout.splitlines()] == ["Epoch: 0", "Epoch: 1"]
+    import numpy as np
+
+    import fastckpt
+    (x, y), test = fastckpt.load_mnist()
+    for given, bar in [({}, False), ({"progress": False}, False), ({"progress": True}, True)]:
+        np.random.seed(1)
+        fastckpt.Network([784, 12, 10]).SGD((x[:1000], y[:1000]), 2, 50, 3.0, test_data=test, **given)
+        out, err = capfd.readouterr()
+        assert ("] 100%" in err) == bar, (given, err)
+        assert [line.split(",")[0] for line in out.splitlines()] == ["Epoch: 0", "Epoch: 1"]
 
 
 def test_a_progress_that_is_not_a_bar_or_a_callable_is_refused_before_training():

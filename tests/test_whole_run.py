@@ -37,28 +37,30 @@ def fashion_shaped(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("strategy", ["plain", "sqrt"])
-@pytest.mark.sweep('plain')
-def test_a_whole_sgd_run_peaks_where_run_bytes_says(strategy):
+@pytest.mark.parametrize("strategy,n_train,n_test", [("plain", 12_000, 2_000), ("plain", 60_000, 10_000),
+                                                     ("sqrt", 60_000, 10_000)], ids=["plain-12k", "plain", "sqrt"])
+@pytest.mark.sweep('plain-12k')
+def test_a_whole_sgd_run_peaks_where_run_bytes_says(strategy, n_train, n_test):
+    """Fashion-MNIST's shape (60,000 + 10,000 images) in the long run, a fifth of it by default."""
     rng = np.random.default_rng(1)
     sizes, batch = [784, 256, 256, 256, 256, 10], 256
-    warm = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy)
+    warm = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy, activation="relu", init="he")
     x_warm = Images(rng.integers(0, 256, (512, 784), dtype=np.uint8))
-    warm.SGD((x_warm, np.zeros(512, np.uint8)), 1, batch, 0.1, test_data=(x_warm, np.zeros(512, np.uint8)),
-             verbose=False)                                   # kernels compiled, BLAS's first buffers made
-    held = {}
+    memray_peak(lambda: warm.SGD((x_warm, np.zeros(512, np.uint8)), 1, batch, 0.1, verbose=False,
+                                 test_data=(x_warm, np.zeros(512, np.uint8))))   # the same kernels compiled, BLAS's
+    held = {}                                                                   # buffers made, memray warm too
 
     def run():                                                 # the data is made inside: all of the run
-        x = Images(rng.integers(0, 256, (60_000, 784), dtype=np.uint8))
-        y = rng.integers(0, 10, 60_000).astype(np.uint8)
-        test = (Images(rng.integers(0, 256, (10_000, 784), dtype=np.uint8)), rng.integers(0, 10, 10_000))
+        x = Images(rng.integers(0, 256, (n_train, 784), dtype=np.uint8))
+        y = rng.integers(0, 10, n_train).astype(np.uint8)
+        test = (Images(rng.integers(0, 256, (n_test, 784), dtype=np.uint8)), rng.integers(0, 10, n_test))
         net = fastckpt.NetworkWithCheckpointing(sizes, strategy=strategy, activation="relu", init="he")
         net.SGD((x, y), 1, batch, 0.01, test_data=test, verbose=False)
         held.update(net=net, training=(x, y), test=test)
     peak = memray_peak(run)
-    predicted = run_bytes(held["net"].plan(batch), held["training"], held["test"], updates=60_000 // batch)
+    predicted = run_bytes(held["net"].plan(batch), held["training"], held["test"], updates=n_train // batch)
     assert _close(peak, predicted["total"]), (peak, predicted)
-    assert predicted["data"] == 70_000 * 784 + 60_000 + 10_000 * 8       # bytes, and int64 test labels
+    assert predicted["data"] == (n_train + n_test) * 784 + n_train + n_test * 8    # bytes, and int64 test labels
 
 
 @pytest.mark.slow
@@ -124,10 +126,12 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
                      "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["largest"]
     training, test = fastckpt.load_mnist(compact=True)
+    from fastckpt.data import loading_bytes
     from fastckpt.planner.run import largest_batch
+    loading = loading_bytes(None)                  # what loading the embedded digits holds besides them
     for row in rows:
         batch = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
-                              optimizer_in_backward=row["optimizer_in_backward"], command=True)[0]
+                              optimizer_in_backward=row["optimizer_in_backward"], command=True, loading=loading)[0]
         assert row["batch"] == batch, row
     assert cli.main(["plan", "--sizes", "784,64,64,10", "--max-memory", "40MiB", "--max-batch", "--epochs", "1",
                      "--optimizer", "adam", "--json"]) == 0
@@ -136,7 +140,7 @@ def test_plan_max_batch_prints_the_largest_batches(capsys):
     for row, sgd in zip(adam["largest"], rows):
         batch, p, parts = largest_batch([784, 64, 64, 10], 40 * MiB, training, test, strategy=row["strategy"],
                                         optimizer_in_backward=row["optimizer_in_backward"], optimizer="adam",
-                                        command=True)
+                                        command=True, loading=loading)
         assert (row["batch"], row["whole_run_bytes"]) == (batch, parts["total"]) and row["batch"] < sgd["batch"]
         assert parts["step: optimizer_state"] == 2 * p.bytes()["parameters"]
     assert cli.main(["plan", "--max-batch"]) == 2
@@ -149,6 +153,7 @@ def _fashion_arrays(rng):
     return (x, y), (Images(rng.integers(0, 256, (10_000, 784), dtype=np.uint8)), rng.integers(0, 10, 10_000))
 
 
+@pytest.mark.slow
 def test_sgd_max_memory_refuses_a_run_over_it_and_its_fit_keeps_memray_within_it():
     rng = np.random.default_rng(2)
     sizes, batch, bound = [784] + [256] * 8 + [10], 1024, 90 * MiB      # plain's run needs 94.4 MiB
@@ -193,7 +198,8 @@ def test_sgd_max_memory_counts_shuffled_copies_and_data_held_back_for_validation
         return (x, y), (rng.random((1000, 784)), rng.integers(0, 10, 1000)), extra
     training, test, extra = data()
     options = dict(kwargs, **extra)
-    fastckpt.Network(sizes).SGD(training, 1, batch, 0.1, test_data=test, verbose=False, **options)   # warm-up
+    memray_peak(lambda: fastckpt.Network(sizes).SGD(training, 1, batch, 0.1, test_data=test, verbose=False,
+                                                    max_memory="1GiB", **options))   # warm-up, under memray too
     held = {}
 
     def run():
@@ -242,12 +248,12 @@ def test_a_bound_below_the_data_names_the_bytes_in_a_unit_that_shows_them():
 
 @pytest.fixture(scope="module")
 def small_test_set(tmp_path_factory):
-    """12,000 training images and 600 test images (fewer than an evaluation chunk, so that a validation set's
+    """6,000 training images and 600 test images (fewer than an evaluation chunk, so that a validation set's
     evaluation is the larger), as the lab's mnist.npz."""
     path = tmp_path_factory.mktemp("small") / "mnist.npz"
     rng = np.random.default_rng(5)
-    np.savez(path, x_train=rng.integers(0, 256, (12_000, 784), dtype=np.uint8),
-             y_train=rng.integers(0, 10, 12_000).astype(np.uint8),
+    np.savez(path, x_train=rng.integers(0, 256, (6_000, 784), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 6_000).astype(np.uint8),
              x_test=rng.integers(0, 256, (600, 784), dtype=np.uint8), y_test=rng.integers(0, 10, 600).astype(np.uint8))
     return path
 
@@ -277,7 +283,8 @@ def test_nothing_of_a_train_run_grows_beside_its_prediction(small_test_set, flag
         return kind(args[args.index(flag) + 1]) if flag in args else default
     run = SimpleNamespace(sizes=[784, 128, 128, 10], batch_size=trained["batch_size"], dtype="float64",
                           strategy=parse_strategy(trained["strategy"]), sgd_in_backward=False, optimizer="sgd",
-                          validation=given("--validation", float), shuffle=given("--shuffle", int))
+                          validation=given("--validation", float), shuffle=given("--shuffle", int),
+                          data=str(small_test_set))
     training, test = load_data(str(small_test_set), run.sizes)
     predicted = whole_run(run, training, test, given("--epochs", int), False)
     assert -64 * 1024 <= peak - predicted["total"] <= 0, (peak, predicted)      # the bound holds, and is close
@@ -295,3 +302,205 @@ def test_the_records_count_a_list_s_slots_as_cpython_grows_it():
         sizes[n] = (sys.getsizeof(grown) - sys.getsizeof([])) // 8
     assert all(list_slots(n) == sizes[n] for n in sizes), [(n, list_slots(n), sizes[n]) for n in sizes
                                                             if list_slots(n) != sizes[n]][:5]
+
+
+def test_a_bound_just_below_what_the_run_needs_says_the_least_it_found_and_that_is_taken():
+    """Near the least bound, fit's search used to run out of tries (each plan's Python objects put the run a
+    byte over, and the next try asked for a byte less of the same plan) and then said "needs more than 16.76
+    MiB before its training step" of a 29.34 MiB bound.  Whatever the refusal says the run needs is now true:
+    the least whole run it names is taken, and one byte less is refused."""
+    from cli_runner import run_cli
+
+    from fastckpt.cli.data import load_data
+    from fastckpt.planner.run import fit_the_run
+    sizes, batch, epochs = [784] + [256] * 8 + [10], 500, 2
+    training, test = load_data(None, sizes)
+    around = {"updates": epochs * (len(training[0]) // batch), "epochs": epochs, "command": True}
+
+    def fits(bound):
+        try:
+            fit_the_run(sizes, batch, "float64", bound, training, test, **around)
+        except ValueError:
+            return False
+        return True
+    low, high = 1, 2**31                                           # the least bound that fits, by bisection
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    common = ["--data", "embedded", "--sizes", ",".join(map(str, sizes)), "--batch-size", str(batch), "--epochs",
+              str(epochs), "--json"]
+    refused = run_cli("plan", *common, "--max-memory", str(low - 1))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    found = re.search(r"The least whole run found needs (\d+) bytes", refused.stderr)
+    if found:                                                      # no plan tried fits: the least one tried is named
+        need = int(found.group(1))
+        assert need >= low and f", {need - low + 1} more, " in refused.stderr, refused.stderr
+    else:                                                          # or the least any plan could need is above it
+        shown = re.search(r"the whole run needs at least ([\d.]+) MiB", refused.stderr)
+        assert shown, refused.stderr
+        need = low
+        assert float(shown.group(1)) * MiB >= low - 1 - 0.005 * MiB
+    taken = run_cli("plan", *common, "--max-memory", str(need))
+    assert taken.returncode == 0, taken.stderr
+    assert json.loads(taken.stdout)["whole_run"]["total"] <= need
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["after", "in-backward"])
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adamw"])
+@pytest.mark.sweep("adam-after", "adamw-in-backward")
+@pytest.mark.bounds
+def test_sgd_max_memory_holds_with_every_optimizer(optimizer, fused):
+    """A run accepted at exactly its predicted peak stays within it with every optimizer, its update after the
+    backward pass or in it.  Each step used to make a list that CPython's free list of lists then kept (of the
+    state's rows, and of Adam's betas to compare the optimizer with the plan's), up to 80 of 56 bytes: the run
+    went 1.6-3.5 KB over its bound."""
+    sizes, batch = [784, 128, 64, 10], 100
+
+    def data(seed):
+        rng = np.random.default_rng(seed)
+        return ((rng.random((3000, 784)), rng.integers(0, 10, 3000)),
+                (rng.random((700, 784)), rng.integers(0, 10, 700)))
+    training, test = data(6)
+    net = fastckpt.Network(sizes, optimizer=optimizer, optimizer_in_backward=fused)
+    bound = run_bytes(net.plan(batch), training, test, updates=3000 // batch)["total"]
+
+    def run():
+        training, test = data(7)
+        fastckpt.Network(sizes, optimizer=optimizer, optimizer_in_backward=fused).SGD(
+            training, 1, batch, 0.001, test_data=test, verbose=False, max_memory=bound)
+    memray_peak(run)                                                    # the warm-up, under memray too
+    peak = memray_peak(run)
+    assert -64 * 1024 <= peak - bound <= 0, (peak, bound)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.bounds
+def test_a_train_run_on_float_images_holds_them_once(dtype, tmp_path, capsys):
+    """``train --data`` on an npz of float images: the loader used to copy float64 images (``astype``) and check
+    them all at once (a bool array an eighth of their size), and to make float32 ones float64, so that loading
+    peaked at twice the data, over the whole run's bound.  Now the images are held as the file has them (float32
+    rows converted a minibatch at a time) and checked a few rows at a time: the run peaks where it is predicted."""
+    from types import SimpleNamespace
+
+    from fastckpt.cli.bound import whole_run
+    from fastckpt.cli.data import load_data
+    rng = np.random.default_rng(8)
+    path = tmp_path / "floats.npz"
+    np.savez(path, x_train=rng.random((3000, 784), dtype=dtype), y_train=rng.integers(0, 10, 3000),
+             x_test=rng.random((500, 784), dtype=dtype), y_test=rng.integers(0, 10, 500))
+    sizes = [784, 32, 10]
+    training, test = load_data(str(path), sizes)
+    assert training[0].dtype == dtype and test[0].dtype == dtype
+    run = SimpleNamespace(sizes=sizes, batch_size=100, dtype="float64", strategy=fastckpt.planner.parse_strategy(
+        "plain"), sgd_in_backward=False, optimizer="sgd", validation=None, shuffle=None, data=str(path))
+    predicted = whole_run(run, training, test, 1, False)["total"]
+    del training, test
+    args = ["train", "--sizes", "784,32,10", "--data", str(path), "--batch-size", "100", "--epochs", "1", "--json"]
+    bounded = args + ["--max-memory", str(predicted)]
+    memray_peak(lambda: (cli.main(args), cli.main(bounded)))               # the warm-up, under memray too
+    capsys.readouterr()
+    peak = memray_peak(lambda: cli.main(args))
+    assert json.loads(capsys.readouterr().out)["strategy"] == "plain"
+    assert -64 * 1024 <= peak - predicted <= 0, (peak, predicted)      # 2x the data before: 44 MB over, float64
+    peak = memray_peak(lambda: cli.main(bounded))
+    assert json.loads(capsys.readouterr().out)["strategy"].startswith("fit(")
+    assert peak <= predicted, (peak, predicted)
+
+
+def _idx_folder(folder, rng, n_train, n_test):
+    for name, shape in (("train-images-idx3-ubyte", (n_train, 28, 28)), ("train-labels-idx1-ubyte", (n_train,)),
+                        ("t10k-images-idx3-ubyte", (n_test, 28, 28)), ("t10k-labels-idx1-ubyte", (n_test,))):
+        arr = rng.integers(0, 10 if len(shape) == 1 else 256, shape, dtype=np.uint8)
+        header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        with gzip.open(folder / (name + ".gz"), "wb", compresslevel=1) as f:
+            f.write(header + arr.tobytes())
+    return folder
+
+
+@pytest.mark.parametrize("source", ["embedded", "idx", "npz-int64", "npz-onehot-deflated", "npz-big-endian"])
+def test_the_loader_holds_the_data_and_what_loading_bytes_says(source, tmp_path):
+    """memray's peak over ``load_mnist(path, compact=True)`` is the arrays it returns and, besides them, the file's
+    arrays it converts and at most READ_BYTES of reading and checking (it read npz members through numpy, two
+    buffers of 256 KiB, and IDX files 1 MiB at a time)."""
+    from fastckpt.data import READ_BYTES, loading_bytes
+    rng = np.random.default_rng(9)
+    path = None if source == "embedded" else tmp_path / "data.npz"
+    if source == "idx":
+        path = _idx_folder(tmp_path, rng, 6000, 1000)
+    elif source != "embedded":
+        x, xt = rng.random((6000, 784)), rng.random((1000, 784))
+        y, yt = rng.integers(0, 10, 6000), rng.integers(0, 10, 1000)
+        if source == "npz-onehot-deflated":
+            np.savez_compressed(path, x_train=x, y_train=np.eye(10)[y], x_test=xt, y_test=np.eye(10)[yt])
+        else:
+            kind = ">f8" if source == "npz-big-endian" else "<f8"
+            np.savez(path, x_train=x.astype(kind), y_train=y, x_test=xt.astype(kind), y_test=yt)
+    held = {}
+
+    def load():
+        held["data"] = fastckpt.load_mnist(path, compact=True)
+    memray_peak(load)
+    held.clear()
+    peak = memray_peak(load)
+    kept = sum(a.nbytes for pair in held["data"] for a in pair)
+    assert 0 <= loading_bytes(path) - (peak - kept) <= READ_BYTES, (peak - kept, loading_bytes(path))
+
+
+@pytest.mark.bounds
+def test_a_train_run_whose_peak_is_loading_its_data_is_bounded(tmp_path, capsys):
+    """One-hot float64 labels are 80 bytes a sample in the file and one as the class indices a run keeps: loading
+    them can be the run's peak (a narrow float32 net on float32 images adds less), counted as ``loading``."""
+    from fastckpt.data import READ_BYTES
+    rng = np.random.default_rng(10)
+    path = tmp_path / "onehot.npz"
+    np.savez(path, x_train=rng.random((12_000, 784), dtype=np.float32), y_train=np.eye(10)[rng.integers(0, 10, 12_000)],
+             x_test=rng.random((1000, 784), dtype=np.float32), y_test=np.eye(10)[rng.integers(0, 10, 1000)])
+    args = ["--sizes", "784,10", "--data", str(path), "--batch-size", "1000", "--epochs", "1", "--dtype", "float32",
+            "--json"]
+    assert cli.main(["plan", *args]) == 0
+    predicted = json.loads(capsys.readouterr().out)["whole_run"]
+    assert predicted["loading"] > 0, predicted
+    bound = ["--max-memory", str(predicted["total"])]
+    memray_peak(lambda: (cli.main(["train", *args]), cli.main(["train", *args, *bound])))   # the warm-up
+    for flags in ([], bound):
+        peak = memray_peak(lambda flags=flags: cli.main(["train", *args, *flags]))
+        assert -READ_BYTES <= peak - predicted["total"] <= 0, (peak, predicted)
+    capsys.readouterr()
+    assert cli.main(["train", *args, "--max-memory", str(predicted["total"] - 1)]) == 2
+    assert f"--max-memory {predicted['total'] - 1}: loading the data needs" in capsys.readouterr().err
+
+
+def test_the_bytes_of_listed_data_are_found_without_making_it_an_array():
+    """data_bytes used to make a list an array to measure it: a copy of all of it, beside the list."""
+    from fastckpt.planner.run import data_bytes, listed_layout
+    rng = np.random.default_rng(11)
+    rows, labels = [rng.random(784) for _ in range(2000)], [int(v) for v in rng.integers(0, 10, 2000)]
+    for listed in (rows, labels, [[0.5] * 784] * 50, [rng.random((784, 1)).astype(np.float32)] * 40, [1, 2.5], []):
+        made = np.asarray(listed)
+        assert listed_layout(listed) == (made.shape, made.dtype) and data_bytes(listed) == made.nbytes
+    memray_peak(lambda: data_bytes(rows, labels))
+    assert memray_peak(lambda: data_bytes(rows, labels)) < 16 * 1024          # the rows are 12.5 MB
+
+
+@pytest.mark.bounds
+def test_sgd_max_memory_holds_for_data_given_as_lists():
+    """Checking listed rows made them one array (as measuring them did): 15 MB over the bound of a 27 MB run."""
+    from fastckpt.engine.loop import held_arrays
+    from fastckpt.planner.run import bound_the_run
+    sizes, batch = [784, 128, 64, 10], 100
+
+    def data(seed):
+        rng = np.random.default_rng(seed)
+        return ([rng.random(784) for _ in range(3000)], [int(v) for v in rng.integers(0, 10, 3000)]), \
+            (rng.random((700, 784)), rng.integers(0, 10, 700))
+    training, test = data(12)
+    net = fastckpt.Network(sizes)
+    bound = bound_the_run(net.plan(batch), training, test, updates=30, bound=2**30,
+                          held=held_arrays(training, test, None))["total"]
+
+    def run():
+        training, test = data(13)
+        fastckpt.Network(sizes).SGD(training, 1, batch, 0.01, test_data=test, verbose=False, max_memory=bound)
+    memray_peak(run)                                                    # the warm-up, under memray too
+    peak = memray_peak(run)
+    assert peak <= bound, (peak, bound)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from fastckpt.core.resources import check_fits
+from fastckpt.data import loading_bytes
 from fastckpt.nets import NetworkWithCheckpointing
 from fastckpt.planner import PlanTooCostly, parse_strategy
 from fastckpt.planner import plan as make_plan
@@ -80,7 +81,7 @@ def show_plan(args):
     if args.data is not None:
         run = SimpleNamespace(sizes=args.sizes, batch_size=args.batch_size, dtype=args.dtype, strategy=args.strategy,
                               sgd_in_backward=args.sgd_in_backward, optimizer=args.optimizer, validation=None,
-                              shuffle=None)
+                              shuffle=None, data=args.data)
         training, test = load_data(args.data, args.sizes)
         if args.max_memory is not None:
             run.strategy = step_strategy(run, training, test, args.epochs, False)
@@ -129,12 +130,12 @@ def show_max_batch(args):
         raise ValueError("--max-batch finds the largest batch that fits --max-memory BYTES: give --max-memory")
     refuse_under_mkl("--max-memory", args.max_memory)
     training, test = load_data(args.data, args.sizes)
-    rows = []
+    rows, loading = [], loading_bytes(data_path(args.data))
     for strategy in ("plain", "every_nth(2)", "sqrt"):
         for fused in (False, True):
             found = largest_batch(args.sizes, args.max_memory, training, test, dtype=args.dtype, strategy=strategy,
                                   epochs=args.epochs, optimizer_in_backward=fused, optimizer=args.optimizer,
-                                  command=True)
+                                  command=True, loading=loading)
             batch, p, parts = found if found else (None, None, None)
             rows.append({"strategy": strategy, "optimizer_in_backward": fused, "batch": batch,
                          "recompute_factor": p.recompute_factor if p else None,

@@ -10,6 +10,7 @@ from fastckpt.planner.strategies import Fit, format_bytes
 from fastckpt.planner.words import spans
 
 from .bound import whole_run
+from .options import on_ranks
 
 MiB = 2**20
 
@@ -18,8 +19,8 @@ def bound_in_words(args, run, training, test):
     """``(line, facts)``: what the run's memory bound (``--max-memory``, or the --resume file's) chose for the
     step, in words, and as a dict for ``--json``.  ``(None, None)`` without a bound on the whole run: on
     threads or MPI ranks ``--max-memory`` bounds each worker's step, which the worker plans for itself."""
-    if run.max_memory is None or not isinstance(run.strategy, Fit) or args.pipeline or args.tensor_parallel \
-            or args.mpi or args.threads > 1 or run.parallel_batches:
+    if run.max_memory is None or not isinstance(run.strategy, Fit) or on_ranks(args) or args.threads > 1 \
+            or run.parallel_batches:
         return None, None
     p = make_plan(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                   optimizer=run.optimizer)
@@ -47,7 +48,7 @@ def say_before_training(args, run, state, training, test):
         print(line, flush=True)
     note = does_not_pay(run.sizes, run.batch_size, run.dtype, run.strategy, optimizer_in_backward=run.sgd_in_backward,
                         optimizer=run.optimizer)
-    if note and not args.pipeline and not args.tensor_parallel:                # one process's bytes
+    if note and not args.pipeline and not args.tensor_parallel:                # a whole net's bytes
         print(f"fastckpt train: note: {note}", file=sys.stderr)
     if state is not None and run.eta != state["eta"]:
         print(f"fastckpt train: note: --eta {run.eta:g} instead of the --resume file's {state['eta']:g}: the run "

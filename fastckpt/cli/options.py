@@ -18,9 +18,10 @@ PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "nati
 
 def pipeline_options(args, saved=None):
     """``--micro-batches``, ``--schedule``, ``--transport`` and ``--partition`` as given, else the --resume
-    file's (``saved``), else their defaults."""
+    file's (``saved``), else their defaults (one micro-batch without ``--pipeline``)."""
+    defaults = dict(PIPELINE_DEFAULTS, micro_batches=PIPELINE_DEFAULTS["micro_batches"] if args.pipeline else 1)
     return {key: getattr(args, key) if getattr(args, key) is not None else (saved or {}).get(key, default)
-            for key, default in PIPELINE_DEFAULTS.items()}
+            for key, default in defaults.items()}
 
 STRATEGIES = ("plain, every_nth(n), segments(k), sqrt, revolve(slots), budget(bytes[, once]) (a bound on "
               "activation memory) or fit(bytes) (a bound on the whole step)")
@@ -28,9 +29,9 @@ TRAIN_MAX_MEMORY = ("on one process, bound the whole run's memory to BYTES (e.g.
                     "above the process after its imports: the data, the training step, the staging rows, the "
                     "evaluations (the test set's and --validation's) or a save, a --shuffle order, and the result "
                     "lists; the step gets what the rest leaves and plans "
-                    "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads, "
-                    "--mpi, --pipeline or --tensor-parallel it bounds each worker's step (default: off, --strategy "
-                    "decides)")
+                    "the least recomputation that fits it (fastckpt plan --data shows the parts). With --threads "
+                    "it bounds the workers' steps, on MPI ranks what each rank holds to train (default: off, "
+                    "--strategy decides)")
 PROFILE_MAX_MEMORY = ("profile the step train --max-memory BYTES plans on one process without --save: the fit of "
                       "what the data, the staging rows, an evaluation and the result lists of --epochs leave of "
                       "BYTES (default: off, --strategy decides)")
@@ -71,54 +72,84 @@ class Help(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
-def tensor_shards(args, ranks):
-    """``T`` of ``--tensor-parallel [T]``: as given, or the ranks that ``--data-parallel`` and ``--pipeline``
-    leave (1 without the flag)."""
-    if not args.tensor_parallel:
-        return 1
-    if args.tensor_parallel is not True:
-        return args.tensor_parallel
-    others = (args.data_parallel or 1) * (args.pipeline or 1)
-    if args.pipeline and ranks % others:
-        shown = " x ".join([f"--data-parallel {args.data_parallel}"] * ((args.data_parallel or 1) > 1)
-                           + [f"--pipeline {args.pipeline}"] * bool(args.pipeline))
-        raise ValueError(f"{shown} with --tensor-parallel needs a multiple of {others} ranks ({others} x T, T the "
-                         f"ranks each stage is split over), got {ranks}")
-    return max(1, ranks // others)
+def on_ranks(args):
+    """Whether ``train`` runs over MPI ranks: any of ``--mpi``, ``--data-parallel``, ``--pipeline`` and
+    ``--tensor-parallel``."""
+    return bool(args.mpi or args.data_parallel or args.pipeline or args.tensor_parallel)
 
 
-def check_grid(args, run, ranks):
-    """Refuse a grid of replicas that the job's ``ranks`` or the batch cannot make."""
-    replicas = args.data_parallel or 1
-    shards = tensor_shards(args, ranks)
-    if args.pipeline and args.pipeline * replicas * shards != ranks:
-        shown = " x ".join([f"--data-parallel {replicas}"] * (replicas > 1) + [f"--pipeline {args.pipeline}"]
-                           + [f"--tensor-parallel {shards}"] * (shards > 1))
-        need = args.pipeline * replicas * shards
+def grid_axes(args, ranks):
+    """``(D, P, T)`` of ``train``'s MPI flags on a job of ``ranks`` ranks: the given ones, ``--tensor-parallel``
+    without T the ranks the others leave, ``--data-parallel`` not given the ranks ``--pipeline`` and
+    ``--tensor-parallel`` leave; a ValueError when their product is not the job's ranks."""
+    if args.mpi and (args.data_parallel or args.pipeline or args.tensor_parallel):
+        raise ValueError("--mpi is --data-parallel over every rank of the job; it does not combine with "
+                         "--data-parallel, --pipeline or --tensor-parallel")
+    pipeline = args.pipeline or 1
+    if args.tensor_parallel is True:
+        data = args.data_parallel or 1
+        tensor = max(1, ranks // (data * pipeline))
+        if ranks % (data * pipeline):
+            shown = " x ".join(f"--{flag} {n}" for flag, n, given in (
+                ("data-parallel", data, args.data_parallel), ("pipeline", pipeline, args.pipeline)) if given)
+            raise ValueError(f"{shown} with --tensor-parallel needs a multiple of {data * pipeline} ranks "
+                             f"({data * pipeline} x T, T the ranks each stage is split over), got {ranks}")
+    else:
+        tensor = args.tensor_parallel or 1
+        data = args.data_parallel or max(1, ranks // (pipeline * tensor))
+    if data * pipeline * tensor != ranks:
+        shown = " x ".join(f"--{flag} {n}" for flag, n, given in (
+            ("data-parallel", data, args.data_parallel or args.mpi), ("pipeline", pipeline, args.pipeline),
+            ("tensor-parallel", tensor, args.tensor_parallel)) if given)
+        need = data * pipeline * tensor
         raise ValueError(f"{shown} needs {need} ranks (mpiexec -n {need}), got {ranks}")
-    if args.tensor_parallel is not True and args.tensor_parallel and not args.pipeline and replicas * shards != ranks:
-        shown = f"--data-parallel {replicas} x " * (replicas > 1) + f"--tensor-parallel {shards}"
-        raise ValueError(f"{shown} needs {replicas * shards} ranks (mpiexec -n {replicas * shards}), got {ranks}")
-    micro = run.pipeline["micro_batches"] if args.pipeline else 1
-    if (args.pipeline or args.tensor_parallel) and run.batch_size < replicas * micro:
-        each = f"--micro-batches {micro} on each of --data-parallel {replicas} replicas" if args.pipeline and \
-            replicas > 1 else f"--micro-batches {micro}" if args.pipeline else f"--data-parallel {replicas}"
-        raise ValueError(f"--batch-size {run.batch_size} is too small for {each}: every micro-batch of every "
-                         f"replica needs at least one row (--batch-size {replicas * micro} or more)")
-    if args.tensor_parallel and ranks % replicas:
-        raise ValueError(f"--data-parallel {replicas} with --tensor-parallel needs a multiple of {replicas} ranks "
-                         f"({replicas} replicas of the net split over the same number of ranks each), "
-                         f"got {ranks}")
+    return data, pipeline, tensor
+
+
+def check_grid_options(args, run, axes):
+    """Refuse a flag of the MPI grid that would change nothing with ``axes`` = ``(D, P, T)``, or a batch too small
+    for its micro-batches."""
+    data, pipeline, tensor = axes
+    if pipeline == 1:
+        given = [flag for flag in ("schedule", "partition", "transport") if getattr(args, flag) is not None]
+        if given:
+            value = getattr(args, given[0])
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            raise ValueError(f"--{given[0]} {shown} is an option of --pipeline P; without it it would change nothing")
+    if args.bucket_bytes is not None and (data == 1 or pipeline > 1 or tensor > 1):
+        raise ValueError(f"--bucket-bytes {format_bytes(args.bucket_bytes)} sums a whole net's gradient over its "
+                         "data-parallel replicas, of which there are none here "
+                         f"{'to sum' if data == 1 else 'with the net split'}; it would change nothing")
+    micro = run.pipeline["micro_batches"]
+    if run.batch_size < micro:
+        raise ValueError(f"--batch-size {run.batch_size} is too small for --micro-batches {micro}: every "
+                         f"micro-batch needs at least one row (--batch-size {micro} or more)")
 
 
 def check_lone_flags(args):
     """Refuse a flag of ``train`` that would change nothing without another: ``--force`` without
-    ``--save``, ``--bucket-bytes`` without ``--mpi``."""
+    ``--save``, ``--bucket-bytes`` or ``--micro-batches`` on one process."""
     if args.force and args.save is None:
         raise ValueError("--force lets --save overwrite a file; without --save it would change nothing")
-    if args.bucket_bytes is not None and not args.mpi:
-        raise ValueError(f"--bucket-bytes {format_bytes(args.bucket_bytes)} is an option of --mpi (the gradient's "
-                         "sum over the ranks); without --mpi it would change nothing")
+    if not on_ranks(args):
+        for flag, value in (("--bucket-bytes", args.bucket_bytes), ("--micro-batches", args.micro_batches),
+                            ("--schedule", args.schedule), ("--partition", args.partition),
+                            ("--transport", args.transport)):
+            if value is not None:
+                shown = format_bytes(value) if flag == "--bucket-bytes" else \
+                    ",".join(map(str, value)) if isinstance(value, list) else value
+                raise ValueError(f"{flag} {shown} is an option of training over MPI ranks (--data-parallel, "
+                                 "--pipeline, --tensor-parallel); on one process it would change nothing")
+
+
+def early_stopping_flags(p):
+    """``train``'s ``--early-stopping N``, ``--tol`` and ``--save-best FILE`` (:mod:`fastckpt.cli.best`)."""
+    best = "the --validation score (else the training loss)"
+    p.add_argument("--early-stopping", type=positive, default=None, metavar="N", help=f"stop once {best} has not "
+                   "improved by --tol for more than N epochs in a row, back at the best epoch's weights (default: off)")
+    p.add_argument("--tol", type=rate, default=None, help="the least improvement that counts (default: 1e-4)")
+    p.add_argument("--save-best", default=None, metavar="FILE",
+                   help=f"write the net to FILE (.npz) after each epoch whose {best} is the best yet (default: off)")
 
 
 def sizes(text):

@@ -168,11 +168,13 @@ def _net_flags(p, theirs, max_memory):
     _strategy(p, f"plain, or {theirs}", max_memory)
     unset("--eta", o.rate, "the learning rate", "eta")
     unset("--seed", o.seed, "numpy.random seed of the initial weights", "seed")
-    unset("--loss", None, "quadratic (sigmoid output, the lab's) or cross_entropy (softmax output)", "loss",
-          choices=["quadratic", "cross_entropy"])
+    unset("--loss", None, "quadratic (sigmoid output, the lab's), cross_entropy (softmax output) or squared_error "
+          "(identity output: regression, here on the one-hot rows of the data's classes)", "loss",
+          choices=["quadratic", "cross_entropy", "squared_error"])
     unset("--l2", o.rate, "L2 weight penalty, 0.5 * l2 * ||W||^2 per layer", "l2")
     _sgd_in_backward(p, "train with", default=None, theirs=theirs)
-    unset("--activation", None, "the hidden layers' activation", "activation", choices=["sigmoid", "tanh", "relu"])
+    unset("--activation", None, "the hidden layers' activation", "activation",
+          choices=["sigmoid", "tanh", "relu", "identity"])
     p.add_argument("--init", choices=["lab", "xavier", "glorot", "he", "kaiming"], default=None,
                    help="initial weights: the lab's N(0, 1), Glorot-uniform (xavier, Keras' Dense) or He-normal "
                         f"on fan_in (he, PyTorch's kaiming_normal_) (default: lab; {theirs} are its weights)")
@@ -201,11 +203,12 @@ def _train(p):
                    help="write the net and its training state to FILE (.npz) after every epoch, atomically, so "
                         "that --resume FILE can go on; the folder must exist and the file must not, unless --force "
                         "or it is the --resume file (default: not saved)")
-    p.add_argument("--force", action="store_true", help="let --save overwrite an existing file")
+    p.add_argument("--force", action="store_true", help="let --save (and --save-best) overwrite an existing file")
+    o.early_stopping_flags(p)
     p.add_argument("--resume", default=None, metavar="FILE",
                    help="go on training the net a --save FILE holds, from its last epoch, bit for bit as if never "
-                        "stopped, in the file's mode (one process, --threads, --mpi, --pipeline or "
-                        "--tensor-parallel, on the same ranks; default: start afresh)")
+                        "stopped, in the file's mode (one process, --threads, or the same grid of MPI ranks; "
+                        "default: start afresh)")
     _json(p)
     _blas_threads(p)
 
@@ -213,20 +216,26 @@ def _train(p):
 def _train_parallel(p):
     p.add_argument("--threads", type=o.positive, default=1, help="worker threads (fastckpt.parallel.DataParallel)")
     p.add_argument("--parallel-batches", type=o.positive, default=None,
-                   help="mini-batches per update (default: one per thread or rank, or the --resume file's)")
-    p.add_argument("--mpi", action="store_true", help="one mini-batch per MPI rank per update (run under mpiexec)")
-    p.add_argument("--bucket-bytes", type=o.nbytes, default=None, metavar="BYTES",
-                   help="with --mpi: sum the gradient over the ranks in buckets of about BYTES (e.g. 25MiB), each "
-                        "started while the backward pass goes on (default: one ordered sum after it)")
-    p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
-                   help="pipeline parallelism over P MPI ranks, a contiguous range of layers each "
-                        "(run under mpiexec -n P; --strategy checkpoints inside every stage; default: off)")
+                   help="mini-batches per update (default: one per thread or data-parallel replica, or the --resume "
+                        "file's)")
     p.add_argument("--data-parallel", type=o.positive, default=None, metavar="D",
-                   help="with --pipeline P: D replicas of the pipeline on D x P ranks, each taking 1/D of every "
-                        "mini-batch, their gradients summed per stage; with --tensor-parallel: D replicas of the "
-                        "net split over 1/D of the ranks each, their gradients summed per shard (default: 1)")
+                   help="D replicas of the net over MPI ranks (run under mpiexec), each with a mini-batch of its own "
+                        "per update, their gradients summed: an update averages D mini-batches of --batch-size, as "
+                        "PyTorch's DistributedDataParallel does (default: all the ranks --pipeline and "
+                        "--tensor-parallel leave)")
+    p.add_argument("--mpi", action="store_true", help="--data-parallel over every rank of the job")
+    p.add_argument("--pipeline", type=o.positive, default=None, metavar="P",
+                   help="pipeline parallelism: the layers cut into P stages, a contiguous range each "
+                        "(--strategy checkpoints inside every stage; default: 1)")
+    p.add_argument("--tensor-parallel", type=o.positive, nargs="?", const=True, default=False, metavar="T",
+                   help="tensor (model) parallelism: every layer's units split across T ranks (default T: the ranks "
+                        "--data-parallel and --pipeline leave; default: 1)")
+    p.add_argument("--bucket-bytes", type=o.nbytes, default=None, metavar="BYTES",
+                   help="with --data-parallel alone: sum the gradient over the replicas in buckets of about BYTES "
+                        "(e.g. 25MiB), each started while the backward pass goes on (default: one sum after it)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
-                   help=f"micro-batches per mini-batch with --pipeline (default: {PIPELINE_DEFAULTS['micro_batches']})")
+                   help="micro-batches per mini-batch on MPI ranks, each stage's passes run micro-batch by "
+                        f"micro-batch (default: {PIPELINE_DEFAULTS['micro_batches']} with --pipeline, else 1)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb1"], default=None,
                    help="with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most P "
                         "micro-batches in flight per stage) or zb1 (1f1b with each weight gradient put off into "
@@ -236,18 +245,15 @@ def _train_parallel(p):
     p.add_argument("--transport", choices=["native", "float16", "bfloat16", "int8"], default=None,
                    help="with --pipeline: how activations and deltas travel between stages "
                         f"(default: {PIPELINE_DEFAULTS['transport']})")
-    p.add_argument("--tensor-parallel", type=o.positive, nargs="?", const=True, default=False, metavar="T",
-                   help="tensor (model) parallelism: every layer's units split across T MPI ranks (default T: "
-                        "all the ranks, or with --data-parallel D and --pipeline P the D x P x T ranks' T); with "
-                        "--pipeline P every stage's layers split over T ranks, on D x P x T ranks (default: off)")
 
 
 def _profile(p):
     p.add_argument("file", metavar="FILE", nargs="?", default=None,
                    help="a net saved by train --save or net.save: profile training it as saved (its settings, "
                         "weights and optimizer state; the batch size, learning rate and data its training state "
-                        "records); then give none of the flags that shape the net (default: a new net of those "
-                        "flags, as train makes it)")
+                        "records); then give none of the flags that shape the net, and --batch-size, --eta and "
+                        "--data only as its training state records them (default: a new net of those flags, as "
+                        "train makes it)")
     _net_flags(p, "FILE's", PROFILE_MAX_MEMORY)
     p.add_argument("--epochs", type=o.positive, default=10,
                    help="with --max-memory: the epochs of the train run whose bound it is (its result lists)")

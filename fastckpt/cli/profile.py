@@ -25,7 +25,7 @@ from fastckpt.planner.run import staging_bytes
 from fastckpt.report.flame import write_peak_picture
 
 from .bound import step_strategy
-from .data import check_trainable, data_name, load_data, recorded_data
+from .data import check_trainable, data_name, data_path, fingerprint, load_data, recorded_data
 from .options import TRAIN_DEFAULTS
 from .use import load_net
 
@@ -82,7 +82,8 @@ def run_settings(args, saved):
         values = {key: getattr(args, key) if getattr(args, key) is not None else TRAIN_DEFAULTS[key]
                   for key in (*SHAPING, "batch_size", "eta")}
         values["strategy"] = parse_strategy(values["strategy"])
-        return SimpleNamespace(**values), args.data
+        # as train runs it without --validation or --shuffle, which profile does not take
+        return SimpleNamespace(**values, validation=None, shuffle=None, data=args.data), args.data
     given = [f"--{key.replace('_', '-')}" for key in SHAPING if getattr(args, key) is not None]
     if args.max_memory is not None:
         given = [flag for flag in given if flag != "--strategy"] + ["--max-memory"]
@@ -91,12 +92,40 @@ def run_settings(args, saved):
                          f"leave {given[0]} out, or profile a new net with the flags and without FILE")
     state = saved.training_state or {}
     saved.training_state = None                           # not copied into each profiled net
-    data = args.data if args.data is not None else recorded_data(args.file, state) if "data" in state else None
+    batch_size, eta = (_as_recorded(args, key, state) for key in ("batch_size", "eta"))
+    data = _recorded_data(args, state)
     run = SimpleNamespace(sizes=list(saved.sizes), dtype=saved.dtype.name, strategy=saved.strategy,
                           sgd_in_backward=saved.optimizer_in_backward, optimizer=saved.optimizer,
-                          batch_size=args.batch_size or state.get("batch_size") or TRAIN_DEFAULTS["batch_size"],
-                          eta=args.eta if args.eta is not None else state.get("eta", TRAIN_DEFAULTS["eta"]))
+                          batch_size=batch_size or TRAIN_DEFAULTS["batch_size"],
+                          eta=eta if eta is not None else TRAIN_DEFAULTS["eta"])
     return run, data
+
+
+def _as_recorded(args, key, state):
+    """``--batch-size`` or ``--eta`` with FILE: the value FILE's training state records (the flag, if given,
+    must agree with it), or the flag's when FILE records none (``net.save`` writes no training state)."""
+    given, recorded = getattr(args, key), state.get(key)
+    if given is not None and recorded is not None and given != recorded:
+        flag = "--" + key.replace("_", "-")
+        raise ValueError(f"{flag} {given} differs from the {recorded} FILE {args.file!r} records; profile FILE "
+                         f"trains it as saved, at its training state's {key}: leave {flag} out")
+    return recorded if recorded is not None else given
+
+
+def _recorded_data(args, state):
+    """The data to profile FILE on: what its training state records (``--data``, if given, must hold the same:
+    the same path, or files of the same SHA-256), or ``--data`` when FILE records none."""
+    if "data" not in state:
+        return args.data
+    if args.data is None:
+        return recorded_data(args.file, state)
+    recorded = state["data"]
+    same = data_path(args.data) is None if recorded is None else data_path(args.data) is not None and (
+        os.path.abspath(args.data) == os.path.abspath(recorded) or fingerprint(args.data) == state.get("data_sha256"))
+    if not same:
+        raise ValueError(f"--data {args.data!r} differs from the data FILE {args.file!r} was trained on "
+                         f"({data_name(recorded)}); profile FILE trains it as saved, on its data: leave --data out")
+    return args.data
 
 
 def _say(args, run, data, step, staging, peak, html, pictures):

@@ -51,11 +51,15 @@ class TrainBar:
 
 
 def epoch_line(epoch, epochs, model, seconds):
-    """``epoch 3/10: test accuracy 0.8520, training loss 0.2741, validation accuracy 0.8650 (1.2 s)``."""
+    """``epoch 3/10: test accuracy 0.8520, training loss 0.2741, validation loss 0.3012, validation accuracy
+    0.8650 (1.2 s)`` (a regression net's ``validation R²``)."""
     history = getattr(model, "history", None) or {}
     line = f"epoch {epoch + 1}/{epochs}: test accuracy {model.accuracies[-1]:.4f}"
     if history.get("loss"):
         line += f", training loss {history['loss'][-1]:.4g}"
-    if history.get("val_accuracy"):
-        line += f", validation accuracy {history['val_accuracy'][-1]:.4f}"
+    if history.get("val_loss"):
+        line += f", validation loss {history['val_loss'][-1]:.4g}"
+    for key, name in (("val_accuracy", "accuracy"), ("val_r2", "R²")):
+        if history.get(key):
+            line += f", validation {name} {history[key][-1]:.4f}"
     return line + f" ({seconds:.1f} s)"

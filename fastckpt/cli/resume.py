@@ -19,12 +19,14 @@ import os
 import numpy as np
 
 from fastckpt.core.files import npz_name
+from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.nets import load
+from fastckpt.nets.io import blank
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
 from .data import EMBEDDED, data_path, fingerprint
-from .options import pipeline_options, tensor_shards
+from .options import grid_axes, on_ranks, pipeline_options
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -40,35 +42,54 @@ STATE = {"epochs_done": (int, 1, INT64), "updates_done": (int, 1, INT64), "batch
 
 def run_mode(args, saved_pipeline=None):
     """How ``args`` trains, as a --resume file records it: ``"on one process"`` (threads too: their sums
-    follow the minibatch order), or the MPI mode with what shapes its sums (the pipeline's options not
+    follow the mini-batch order), or the MPI grid with what shapes its sums (the pipeline's options not
     given taken from ``saved_pipeline``, a --resume file's)."""
-    if args.pipeline:
-        pipe = pipeline_options(args, saved_pipeline)
-        shards = tensor_shards(args, launched_ranks())
-        return (f"with --pipeline {args.pipeline}"
-                + (f" --data-parallel {args.data_parallel}" if (args.data_parallel or 1) > 1 else "")
-                + (f" --tensor-parallel {shards}" if shards > 1 else "")
-                + f" --micro-batches {pipe['micro_batches']} --schedule "
-                f"{pipe['schedule']} --transport {pipe['transport']}"
-                + (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else ""))
-    if args.tensor_parallel or args.mpi:
-        ranks = launched_ranks()
-        grid = f" --data-parallel {args.data_parallel}" if args.tensor_parallel and (args.data_parallel or 1) > 1 \
-            else ""
-        return (f"with {'--tensor-parallel' if args.tensor_parallel else '--mpi'}{grid} on {ranks} "
-                f"rank{'s' * (ranks > 1)}")
-    return "on one process"
+    if not on_ranks(args):
+        return "on one process"
+    data, pipeline, tensor = grid_axes(args, launched_ranks())
+    pipe = pipeline_options(args, saved_pipeline)
+    mode = f"with --data-parallel {data} --pipeline {pipeline} --tensor-parallel {tensor} --micro-batches " \
+        f"{pipe['micro_batches']}"
+    if pipeline > 1:
+        mode += f" --schedule {pipe['schedule']} --transport {pipe['transport']}" + \
+            (f" --partition {','.join(map(str, pipe['partition']))}" if pipe["partition"] else "")
+    return mode
+
+
+def file_mode(mode, path):
+    """A --resume file's recorded ``mode`` as :func:`run_mode` writes it today: 0.3's ``--mpi`` on N ranks is
+    ``--data-parallel N``, its pipelines and tensor splits of one replica are the same grids; its replicas
+    of a pipeline or a tensor split, which split each mini-batch, have no run that goes on as they did."""
+    words = mode.split()
+    if words[:1] != ["with"] or words[1:2] == ["--data-parallel"]:
+        return mode
+    given = {w: words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+             for i, w in enumerate(words) if w.startswith("--")}
+    ranks = int(words[words.index("on") + 1]) if "on" in words else 1
+    if "--data-parallel" in given and "--mpi" not in given and int(given["--data-parallel"]) > 1:
+        raise ValueError(f"--resume {path!r} was trained by fastckpt 0.3 {mode}, whose replicas split each "
+                         "mini-batch; today each replica takes a mini-batch of its own (docs/data-parallel.md), so "
+                         "that run cannot go on as it was trained: fastckpt.load reads its net")
+    if "--mpi" in given:
+        return f"with --data-parallel {ranks} --pipeline 1 --tensor-parallel 1 --micro-batches 1"
+    if "--pipeline" not in given:
+        return f"with --data-parallel 1 --pipeline 1 --tensor-parallel {ranks} --micro-batches 1"
+    tensor = given.get("--tensor-parallel") or 1
+    return (f"with --data-parallel 1 --pipeline {given['--pipeline']} --tensor-parallel {tensor} --micro-batches "
+            f"{given['--micro-batches']} --schedule {given['--schedule']} --transport {given['--transport']}"
+            + (f" --partition {given['--partition']}" if given.get("--partition") else ""))
 
 
 def file_pipeline(mode):
     """The pipeline options a file's recorded ``mode`` (:func:`run_mode`) was trained with, as
-    :func:`~fastckpt.cli.options.pipeline_options` gives them; empty for another mode."""
+    :func:`~fastckpt.cli.options.pipeline_options` gives them; empty for one process."""
     words = mode.split()
-    if "--pipeline" not in words:
+    if words[:1] != ["with"]:
         return {}
-    given = dict(zip(words[1::2], words[2::2]))          # "with --pipeline P --micro-batches M ..."
-    found = {"micro_batches": int(given["--micro-batches"]), "schedule": given["--schedule"],
-             "transport": given["--transport"]}
+    given = dict(zip(words[1::2], words[2::2]))          # "with --data-parallel D --pipeline P ..."
+    found = {"micro_batches": int(given["--micro-batches"])}
+    if "--schedule" in given:
+        found.update(schedule=given["--schedule"], transport=given["--transport"])
     if "--partition" in given:
         found["partition"] = [int(n) for n in given["--partition"].split(",")]
     return found
@@ -108,7 +129,7 @@ class Saver:
         self.exclusive = False
 
 
-def resumed(args, modes):
+def resumed(args):
     """The net and training state of ``--resume``, checked against ``args``, and the settings it fixes:
     ``(net, state, saved)``.  ``numpy.random`` is left where the file's run left it."""
     net = load(args.resume)
@@ -119,8 +140,11 @@ def resumed(args, modes):
     _check_state(state, args.resume)
     trained = state.get("mode", "on one process")
     try:
+        trained = file_mode(trained, args.resume)
         pipeline = file_pipeline(trained)
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, IndexError) as exc:
+        if "fastckpt 0.3" in str(exc):
+            raise
         raise ValueError(f"--resume {args.resume!r}: its training state's mode {trained!r} is damaged") from None
     now = run_mode(args, pipeline)                    # --micro-batches, --schedule ... default to the file's
     if trained != now:
@@ -167,6 +191,19 @@ def resumed(args, modes):
                             pipeline=pipeline)
 
 
+def with_strategy(net, strategy):
+    """The resumed ``net`` with its step planned by ``strategy``: a blank net of the same settings given its
+    parameters and optimizer state bit for bit.  Every strategy computes the same gradients bit for bit
+    (tests/test_strategies.py), so the run goes on as the file's would."""
+    other = blank(net.sizes, net.dtype, loss=net.loss, l2=list(net.l2), strategy=strategy,
+                  optimizer_in_backward=net.optimizer_in_backward, activation=list(net.activation),
+                  optimizer=net.optimizer)
+    other.weights, other.biases = net.weights, net.biases
+    other.optimizer_state.restore(net.sizes, net.optimizer_state.steps, net.optimizer_state.arrays(net.sizes))
+    other.training_state = net.training_state
+    return other
+
+
 def _check_same(args, key, saved, state):
     """Refuse a flag that would change what the --resume file's run fixes."""
     given = getattr(args, key)
@@ -203,6 +240,30 @@ def _check_state(state, path):
             raise ValueError(f"{where} needs {key} as a string or null, got {state.get(key)!r}")
     if state.get("rng") is None:
         raise ValueError(f"{where} lacks numpy.random's state (rng)")
+    _check_run_fields(state, where)
+
+
+def _check_run_fields(state, where):
+    """The fields that say how the run trained (each may be null): ``mode`` a string, ``max_memory`` a count of
+    bytes, ``shuffle`` a seed, ``validation`` a fraction, ``lr_schedule`` a schedule's spelling."""
+    checks = {"mode": ("a string", lambda v: isinstance(v, str)),
+              "max_memory": (f"an integer of bytes from 1 to {INT64}", lambda v: type(v) is int and 1 <= v <= INT64),
+              "shuffle": ("an integer seed from 0 to 2**32 - 1", lambda v: type(v) is int and 0 <= v < 2**32),
+              "validation": ("a fraction between 0 and 1", lambda v: type(v) is float and 0 < v < 1),
+              "lr_schedule": ("a learning-rate schedule such as 'cosine(10)'", _schedule)}
+    for key, (kind, ok) in checks.items():
+        value = state.get(key)
+        if value is not None and not ok(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+            raise ValueError(f"{where} needs {key} as {kind} or null, got {shown}")
+
+
+def _schedule(value):
+    """Whether a file's ``lr_schedule`` is one :func:`~fastckpt.core.lr.parse_lr_schedule` reads."""
+    try:
+        return isinstance(value, str) and parse_lr_schedule(value) is not None
+    except ValueError:
+        return False
 
 
 def _shown(key, value):

@@ -55,13 +55,16 @@ def predict(args):
         print(f"fastckpt predict: the classes of {said}, one per line", file=sys.stderr)
         sys.stdout.write("".join(f"{int(k)}\n" for k in labels))
         return 0
-    if os.path.exists(args.output) and not args.force:
+    if os.path.exists(args.output) and not args.force:           # made while the prediction ran
         raise ValueError(f"--output {args.output!r} exists; pass --force to overwrite it")
-    if args.output.endswith(".npy"):
-        np.save(args.output, labels)
-    else:
-        with open(args.output, "w") as f:
-            f.write("".join(f"{int(k)}\n" for k in labels))
+    try:
+        if args.output.endswith(".npy"):
+            np.save(args.output, labels)
+        else:
+            with open(args.output, "w") as f:
+                f.write("".join(f"{int(k)}\n" for k in labels))
+    except OSError as exc:
+        raise ValueError(f"--output {args.output!r}: cannot write it: {exc.strerror or exc}") from None
     print(f"fastckpt predict: the classes of {said} written to {args.output}", file=sys.stderr)
     return 0
 

@@ -2,19 +2,21 @@
 
 * ``"sigmoid"`` (the lab's): ``1 / (1 + e^{-z})``, derivative ``a (1 - a)``;
 * ``"tanh"``: derivative ``1 - a^2``;
-* ``"relu"``: ``max(z, 0)``, derivative ``[a > 0]`` (0 at 0, as PyTorch's).
+* ``"relu"``: ``max(z, 0)``, derivative ``[a > 0]`` (0 at 0, as PyTorch's);
+* ``"identity"``: ``z``, derivative 1 (scikit-learn's ``activation="identity"``).
 
 Each derivative is a function of the layer's output ``a``, so backprop needs only the stored
 (or recomputed) output of every layer, whatever the activation: every checkpoint strategy,
 the planner's byte counts and bit-identical recomputation hold as for the sigmoid.  The output
-layer is not among these: it is a sigmoid with the quadratic loss, or a log-softmax with
-cross-entropy (:mod:`fastckpt.core.losses`).
+layer is not among these: the loss picks it, a sigmoid with the quadratic loss, a log-softmax with
+cross-entropy, the identity with the squared error (:mod:`fastckpt.core.losses`).
 """
 import numpy as np
 
-from fastckpt.kernels import LOG_SOFTMAX, RELU, SIGMOID, TANH
+from fastckpt.kernels import IDENTITY, LOG_SOFTMAX, RELU, SIGMOID, TANH
 
-ACTIVATIONS = {"sigmoid": SIGMOID, "tanh": TANH, "relu": RELU}
+ACTIVATIONS = {"sigmoid": SIGMOID, "tanh": TANH, "relu": RELU, "identity": IDENTITY}
+OUTPUTS = {"quadratic": SIGMOID, "cross_entropy": LOG_SOFTMAX, "squared_error": IDENTITY}   # the loss's output
 
 
 def check_activation(activation, n_layers):
@@ -36,8 +38,8 @@ def check_activation(activation, n_layers):
                              f"got {len(names)}: {activation!r}")
     for name in names:
         if not isinstance(name, str) or name not in ACTIVATIONS:
-            raise ValueError(f"activation must be 'sigmoid', 'tanh' or 'relu' (one name, or one per hidden "
-                             f"layer), got {name!r}")
+            raise ValueError(f"activation must be 'sigmoid', 'tanh', 'relu' or 'identity' (one name, or one per "
+                             f"hidden layer), got {name!r}")
     return tuple(names)
 
 
@@ -46,14 +48,7 @@ def state_codes(activation, loss):
     a run kernel (:mod:`fastckpt.kernels.runs`) takes it; ``a[0]``, the input, is given ``SIGMOID``.
 
     ``activation`` holds the L - 1 hidden layers' names; the output is ``LOG_SOFTMAX``
-    with ``loss="cross_entropy"``, else the sigmoid of the quadratic loss.
+    with ``loss="cross_entropy"``, ``IDENTITY`` with ``"squared_error"``, else the sigmoid of the quadratic loss.
     """
-    output = LOG_SOFTMAX if loss == "cross_entropy" else SIGMOID
+    output = OUTPUTS[loss]
     return np.array([SIGMOID] + [ACTIVATIONS[name] for name in activation] + [output], dtype=np.int64)
-
-
-def describe_activation(activation):
-    """One name when every hidden layer has it (``"relu"``), else the list, for files and messages."""
-    if len(set(activation)) > 1:
-        return list(activation)
-    return activation[0] if activation else "sigmoid"

@@ -44,9 +44,10 @@ def check_positive_int(value, name, minimum=1, maximum=None):
 
 def check_nonnegative(value, name):
     """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
-    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting."""
+    Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting; so is a string, which
+    ``float`` would read (``eta="0.1"``): strings are not numbers."""
     try:
-        if isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (bool, np.bool_, str, bytes, bytearray)):
             raise TypeError
         v = float(value)
     except OverflowError:                            # an int past float64's range: not finite
@@ -66,7 +67,10 @@ def as_batch(a, width, name, role):
     """View ``a`` as (batch, width): accepts (batch, width) and the lab's (batch, width, 1).  :class:`Images`
     stay Images (a minibatch is converted where it is staged)."""
     refuse_masked(a, name)
-    arr = a if isinstance(a, Images) else np.asarray(a)
+    try:
+        arr = a if isinstance(a, Images) else np.asarray(a)
+    except ValueError as exc:                            # rows of different lengths
+        raise ValueError(f"{name} must have shape (batch, {width}), but its rows differ: {exc}") from None
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     shape = arr.shape
@@ -113,10 +117,10 @@ def refuse_masked(a, name):
                         "or drop the masked samples first")
 
 
-def check_finite_rows(arr, name, chunk=4096):
-    """Raise a ValueError naming ``name`` and the first bad index if the (n, m) array holds NaN or inf,
-    checked in chunks of rows: by the kernel where they are C-contiguous (no temporary at all), else through
-    a NumPy temporary of at most 64 KiB."""
+def check_finite_rows(arr, name, chunk=4096, offset=0):
+    """Raise a ValueError naming ``name`` and the first bad index (its rows counted from ``offset``) if the (n, m)
+    array holds NaN or inf, checked in chunks of rows: by the kernel where they are C-contiguous (no temporary
+    at all), else through a NumPy temporary of at most 64 KiB."""
     if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
     contiguous = arr.flags.c_contiguous
@@ -126,8 +130,42 @@ def check_finite_rows(arr, name, chunk=4096):
         if not (all_finite(part) if contiguous else np.isfinite(part).all()):
             bad = np.argwhere(~np.isfinite(part))[0]
             bad[0] += i
-            raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(k) for k in bad)}: "
-                             f"{arr[tuple(bad)]!r}); nothing was trained")
+            raise ValueError(f"{name} contains NaN or inf (first at index "
+                             f"{(int(bad[0]) + offset, *map(int, bad[1:]))}: {arr[tuple(bad)]!r}); nothing was trained")
+
+
+def check_in_range(arr, dtype, name, offset=0, chunk=4096):
+    """Raise a ValueError naming ``name``, the first index (its rows counted from ``offset``) and the value when a
+    value of the (n, m) finite rows ``arr`` is past ``dtype``'s range, so that a minibatch of it converted to
+    ``dtype`` would hold inf.  Checked ``chunk`` values at a time, only for floats wider than ``dtype``."""
+    dtype = np.dtype(dtype)
+    if isinstance(arr, Images) or arr.dtype.kind != "f" or np.finfo(arr.dtype).max <= np.finfo(dtype).max:
+        return
+    rows = max(1, chunk // max(1, arr.shape[1]))
+    with np.errstate(over="ignore"):
+        for i in range(0, arr.shape[0], rows):
+            part = arr[i:i + rows]
+            over = np.isinf(part.astype(dtype))
+            if over.any():
+                row, col = (int(k) for k in np.argwhere(over)[0])
+                raise ValueError(f"{name} holds {part[row, col]} at index ({offset + i + row}, {col}), past the range "
+                                 f"of the net's {dtype} (magnitudes up to {np.finfo(dtype).max:.7g}): converted to "
+                                 f"{dtype} it would be inf; scale the data or use a float64 net; nothing was trained")
+
+
+def check_rows(x, width, name, role, dtype, chunk=16384):
+    """``x`` checked as (n, width) rows (:func:`as_batch`) of finite values, finite in ``dtype`` too
+    (:func:`check_in_range`).  A list (or tuple) of rows is made an array ``chunk`` values at a time, each slice
+    named as the slice it is, so that no array the size of the data is made."""
+    step = max(1, chunk // max(1, width))
+    if not isinstance(x, (list, tuple)) or len(x) <= step:
+        parts = [(0, name, x)]
+    else:                                               # a slice at a time, not a list of them
+        parts = ((i, f"{name}[{i}:{i + step}]", x[i:i + step]) for i in range(0, len(x), step))
+    for offset, part_name, part in parts:
+        rows = as_batch(part, width, part_name, role)
+        check_finite_rows(rows, name, offset=offset)
+        check_in_range(rows, dtype, name, offset)
 
 
 def nonfinite_error(name, arr, offset=0):

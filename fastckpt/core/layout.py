@@ -41,13 +41,39 @@ def param_blocks(sizes, itemsize):
     return np.array(blocks, dtype=np.int64)
 
 
-def layout_array(sizes, itemsize):
-    """(L, 2) int64 offsets of each layer's weights and bias, as the step kernel takes them."""
-    return np.array(param_layout(sizes, itemsize)[0], dtype=np.int64).reshape(-1, 2)
-
-
 def grad_bytes(sizes, itemsize):
     """Bytes of each layer's block (weights then bias) in the flat parameter layout."""
     offsets, total = param_layout(sizes, itemsize)
     starts = [w_at for w_at, _ in offsets] + [total]
     return [(b - a) * itemsize for a, b in zip(starts[:-1], starts[1:])]
+
+
+def tensor_split(sizes, shards, shard, first=0):
+    """One tensor shard's part of a net of ``sizes`` split ``shards`` ways: ``(local, row_split, slices)``.
+
+    Megatron-LM's column/row pairs counted from the output: layer ``l`` of ``L`` is *row-split* when
+    ``L - 1 - l`` is even (the shard holds ``W[:, cols]`` and the whole bias; its partial products are
+    summed over the shards), else *column-split* (``W[rows, :]`` and ``b[rows]``; its output slice is
+    whole).  Units are split as ``np.array_split`` splits them.  ``local`` are the widths of the states the
+    shard holds (a split state's slice, a whole state whole), so the shard's parameters are
+    ``Parameters(local)`` and its plan one of ``local``; ``slices[l]`` is ``((r0, r1), (c0, c1))`` of layer
+    ``l``'s weight.  A ValueError names a layer too narrow for the shards (counting layers from
+    ``first``: ``sizes`` a pipeline stage's part of a net).
+    """
+    n_layers = len(sizes) - 1
+    row_split = tuple((n_layers - 1 - layer) % 2 == 0 for layer in range(n_layers))
+    slices, local = [], [int(sizes[0])]
+    for layer, row in enumerate(row_split):
+        k = layer if row else layer + 1                   # the width this layer splits
+        if sizes[k] < shards:
+            raise ValueError(f"layer {layer + first} splits its {'inputs' if row else 'outputs'}, sizes[{k + first}] "
+                             f"= {sizes[k]} units, over {shards} ranks, but every rank needs at least one; use at "
+                             f"most {sizes[k]} rank{'s' * (sizes[k] > 1)} or widen that layer")
+        q, extra = divmod(int(sizes[k]), shards)          # as np.array_split: the first `extra` get q + 1
+        lo = shard * q + min(shard, extra)
+        part = (lo, lo + q + (shard < extra))
+        slices.append(((0, int(sizes[k + 1])), part) if row else (part, (0, int(sizes[k - 1]))))
+        if row and layer == 0:
+            local[0] = part[1] - part[0]
+        local.append(int(sizes[layer + 1]) if row else part[1] - part[0])
+    return tuple(local), row_split, slices

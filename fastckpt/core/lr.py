@@ -11,6 +11,9 @@ the formulas are the closed forms of PyTorch's epoch-wise schedulers:
   ``torch.optim.lr_scheduler.CosineAnnealingLR(T_max=T, eta_min=eta_min)``; ``T``
   defaults to the run's last epoch + 1 (the epochs of the run, resumed ones included), and
   past ``T`` the rate stays at ``eta_min``.
+* :class:`InverseScaling` (no spelling: made by :mod:`fastckpt.sklearn`):
+  ``eta / (t + 1) ** power_t`` with ``t`` the samples trained on before the epoch, scikit-learn's
+  ``learning_rate="invscaling"``, which it updates once per epoch.
 
 Each schedule's rate is monotone in the epoch (constant, decaying or growing by ``gamma``,
 or annealing from ``eta`` to ``eta_min`` and staying there), so the first and the last epoch
@@ -19,6 +22,7 @@ whose epochs would get a rate that is not a finite float before its first epoch 
 """
 import math
 import re
+import sys
 
 from .checks import check_nonnegative, check_positive_int
 
@@ -49,9 +53,9 @@ class LRSchedule:
                 rate = float(self.rate(eta, epoch, last))
             except OverflowError:
                 rate = math.inf
-            if not math.isfinite(rate):
-                raise ValueError(f"{name} {self} from eta {eta!r} gives epoch {epoch} a learning rate of {rate}, "
-                                 "beyond what a float holds; nothing was trained")
+            if not math.isfinite(rate):          # epochs counted from 1 here, as the command line's lines count them
+                raise ValueError(f"{name} {self} from eta {eta!r} gives epoch {epoch + 1}/{last} a learning rate of "
+                                 f"{rate}, beyond what a float holds; nothing was trained")
 
     def __str__(self):
         args = ", ".join(repr(v) if isinstance(v, float) else str(v) for v in self.settings())
@@ -85,7 +89,36 @@ class StepDecay(LRSchedule):
         return (self.step_size, self.gamma)
 
     def rate(self, eta, epoch, epochs):
-        return eta * self.gamma ** (epoch // self.step_size)
+        steps = epoch // self.step_size
+        try:
+            factor = self.gamma ** steps
+        except OverflowError:
+            factor = math.inf
+        if sys.float_info.min <= factor < math.inf:
+            return eta * factor                  # PyTorch's closed form, whenever gamma ** steps is a normal float
+        if eta == 0 or self.gamma == 0:
+            return 0.0
+        return times_power(eta, self.gamma, steps)
+
+
+def times_power(x, base, k):
+    """``x * base ** k`` (``x``, ``base`` > 0, ``base`` != 1, ``k`` >= 0) with the binary exponents kept apart from
+    the mantissas, so that a ``base ** k`` past float64 (1e200 ** 2) never overflows or underflows on the way to
+    a product a float holds (1e-300 * 1e200 ** 2 = 1e100); inf only when the product itself is past float64.
+    ``base ** k`` is taken in powers of at most 2**1000 each: at most three of them come between any float
+    and one past float64's range, where the product stops."""
+    m, e = math.frexp(x)
+    chunk = max(1, int(1000 / abs(math.log2(base))))
+    while k and -1200 < e < 1200:
+        n = min(k, chunk)
+        power, shift = math.frexp(base ** n)
+        m, more = math.frexp(m * power)
+        e += shift + more
+        k -= n
+    try:
+        return math.ldexp(m, e)
+    except OverflowError:                       # as a float product past float64 is
+        return math.inf
 
 
 class Cosine(LRSchedule):
@@ -110,7 +143,28 @@ class Cosine(LRSchedule):
         period = self.epochs or max(1, epochs)
         if epoch >= period:
             return self.eta_min
-        return self.eta_min + (eta - self.eta_min) * (1.0 + math.cos(math.pi * epoch / period)) / 2.0
+        # halved before the product, not after: (eta - eta_min) * 2 overflows for an eta near float64's largest
+        return self.eta_min + (eta - self.eta_min) * ((1.0 + math.cos(math.pi * epoch / period)) / 2.0)
+
+
+class InverseScaling(LRSchedule):
+    """``eta / (t + 1) ** power_t``, ``t = samples_before + (epoch - first_epoch) * samples_per_epoch`` the
+    samples trained on before the epoch: scikit-learn's ``learning_rate="invscaling"``."""
+
+    name = "invscaling"
+
+    def __init__(self, power_t, samples_per_epoch, samples_before=0, first_epoch=0):
+        self.power_t = check_nonnegative(power_t, "power_t")
+        self.samples_per_epoch = check_positive_int(samples_per_epoch, "samples_per_epoch")
+        self.samples_before = check_positive_int(samples_before, "samples_before", minimum=0)
+        self.first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
+
+    def settings(self):
+        return (self.power_t, self.samples_per_epoch, self.samples_before, self.first_epoch)
+
+    def rate(self, eta, epoch, epochs):
+        seen = self.samples_before + (epoch - self.first_epoch) * self.samples_per_epoch
+        return eta / float(seen + 1) ** self.power_t
 
 
 SCHEDULES = {"constant": Constant, "step": StepDecay, "cosine": Cosine}

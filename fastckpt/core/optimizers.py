@@ -61,7 +61,9 @@ class Optimizer:
     __repr__ = __str__
 
     def __eq__(self, other):
-        return type(other) is type(self) and other.settings() == self.settings()
+        """The same rule with the same hyper-parameters, compared as the instances hold them: a step compares
+        its optimizer with its plan's, and :meth:`settings` would make a list each time (NOTE [ The whole run ])."""
+        return type(other) is type(self) and vars(other) == vars(self)
 
     def __hash__(self):
         return hash(str(self))
@@ -196,12 +198,12 @@ class OptimizerState:
         eta = check_nonnegative(eta, "eta")
         with params.lock:
             if isinstance(opt, Momentum):
-                ok = counted_momentum_step(params.flat, grad, self.buffers[0], eta, opt.momentum, opt.nesterov,
+                ok = counted_momentum_step(params.flat, grad, self.state[0], eta, opt.momentum, opt.nesterov,
                                            params.blocks, self._steps)
             else:
                 t = self.steps + 1
                 beta1, beta2 = opt.betas
-                ok = counted_adam_step(params.flat, grad, self.buffers[0], self.buffers[1], eta, beta1, beta2,
+                ok = counted_adam_step(params.flat, grad, self.state[0], self.state[1], eta, beta1, beta2,
                                        opt.eps, opt.weight_decay, opt.decoupled, 1.0 - beta1 ** t, 1.0 - beta2 ** t,
                                        params.blocks, self._steps)
             if not ok:

@@ -138,6 +138,21 @@ class Parameters:
             if not sgd_step(self.flat, grad, eta, self.blocks):
                 raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")
 
+    def copy_into(self, buf):
+        """Copy every weight and bias into ``buf``, a flat buffer of :meth:`new_buffer` (a snapshot kept
+        beside the parameters, as early stopping's best weights)."""
+        self.check_buffer(buf, "buf")
+        with self.lock:
+            buf[...] = self.flat
+
+    def restore_from(self, buf):
+        """Copy a snapshot of :meth:`copy_into` back into the parameters."""
+        self.check_buffer(buf, "buf")
+        if not all_finite(buf):
+            raise ValueError("buf holds NaN or inf: not a snapshot of these parameters")
+        with self.lock:
+            self.flat[...] = buf
+
     def _flush(self):
         with self.lock:
             pending, self._pending = self._pending, {}

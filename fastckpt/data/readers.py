@@ -9,12 +9,16 @@ checked against what the file can hold:
 - a plain IDX file must be exactly its header plus the bytes it declares;
 - deflate inflates at most 1032:1 (a 258-byte match coded in two bits), so a
   gzip IDX file whose header declares more than 1032 times the file's size is
-  refused unread; the rest is streamed in 1 MiB chunks and refused as soon as
+  refused unread; the rest is streamed in chunks and refused as soon as
   it runs past the declared size, or when it ends short;
 - an npz member must be stored or deflated (what ``np.savez`` and
   ``np.savez_compressed`` write), within 1032:1 of its compressed size, and its
-  npy header must declare exactly the bytes the member holds, before numpy
-  allocates the array.  Object arrays are refused without unpickling.
+  npy header must declare exactly the bytes the member holds, before its
+  array is allocated.  Object arrays are refused without unpickling.
+
+Both read into the array itself, :data:`READ_CHUNK` bytes at a time: the reader
+holds the arrays and a chunk, never a second copy (numpy's own npz reader holds
+two buffers of 256 KiB), so that a bound on a whole ``train`` run can count it.
 
 A gzip bomb (3 MB inflating to 3 GiB behind an MNIST-sized header) is refused
 after inflating 45 MiB, in a fraction of a second, instead of 24 s and 6.1 GiB.
@@ -34,7 +38,7 @@ IDX_FILES = {
     "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte",
 }
 _DEFLATE_MAX_RATIO = 1032
-_CHUNK = 1 << 20
+READ_CHUNK = 1 << 16      # bytes read at a time (gzip and zip read a chunk into a new bytes object)
 _GZIP_MAGIC = b"\x1f\x8b"
 _IDX_MAGIC = b"\x00\x00\x08"          # then one byte: the number of dimensions
 _READ_ERRORS = (OSError, EOFError, ValueError, TypeError, struct.error, zlib.error, zipfile.BadZipFile,
@@ -87,15 +91,38 @@ def not_npz(path, head):
 
 
 def _npz_member(npz, path, key):
-    """One array of an open npz, its sizes checked before numpy allocates it."""
-    npz_header(npz, path, key)
-    return npz[key]
+    """One array of an open npz, its sizes checked before it is allocated, read into it a chunk at a time."""
+    info, shape, fortran, dtype, offset = member_header(npz, path, key)
+    if dtype.itemsize == 0:
+        return npz[key]
+    raw = np.empty(info.file_size - offset, dtype=np.uint8)
+    with npz.zip.open(info) as f, memoryview(raw) as view:
+        f.read(offset)                                                 # the npy header, read before
+        _read_into(f, view, f"{path}: {key}", f"it declares shape {shape} of {dtype}")
+    return raw.view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _read_into(f, view, where, declared):
+    """Fill the bytes ``view`` from the file ``f``, :data:`READ_CHUNK` at a time; refused, naming ``where`` and
+    what was ``declared``, when the file ends first."""
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:done + READ_CHUNK])
+        if not got:
+            raise _Refused(f"{where} holds {done} data bytes, but {declared} ({len(view)} bytes)")
+        done += got
 
 
 def npz_header(npz, path, key):
     """``(shape, dtype)`` of member ``key`` of an open npz (``np.load``), read from its header after checking
     that the member's sizes are possible for the file (NOTE [ Hostile files ]); nothing is allocated from
     what it declares.  ValueError naming the file and the member otherwise."""
+    _, shape, _, dtype, _ = member_header(npz, path, key)
+    return shape, dtype
+
+
+def member_header(npz, path, key):
+    """``(zip info, shape, fortran order, dtype, data offset)`` of member ``key``, checked (:func:`npz_header`)."""
     member = key if key in npz.zip.namelist() else key + ".npy"
     info = npz.zip.getinfo(member)
     where = f"{path}: {key}"
@@ -113,7 +140,7 @@ def npz_header(npz, path, key):
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
             np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(f)
+        shape, fortran, dtype = read_header(f)
         offset = f.tell()
     if dtype.hasobject:
         raise _Refused(f"{where} holds Python objects (dtype {dtype}); only numeric arrays are read, "
@@ -122,7 +149,7 @@ def npz_header(npz, path, key):
     if offset + declared != info.file_size:
         raise _Refused(f"{where} declares shape {shape} of {dtype} ({declared} bytes), but the member holds "
                        f"{info.file_size - offset} data bytes")
-    return tuple(shape), dtype
+    return info, tuple(shape), fortran, dtype, offset
 
 
 # -- IDX --------------------------------------------------------------------------------------
@@ -178,14 +205,8 @@ def _read_idx(path, tail, rows=None):
                 raise _Refused(f"{path} holds {size - header} data bytes, but its header says shape {shape} "
                                f"({declared} bytes)")
             data = bytearray(declared)                    # filled in place: no copy, no growth
-            view, done = memoryview(data), 0
-            while done < declared:
-                got = f.readinto(view[done:done + _CHUNK])
-                if not got:
-                    raise _Refused(f"{path} holds {done} data bytes, but its header says shape {shape} "
-                                   f"({declared} bytes)")
-                done += got
-            view.release()
+            with memoryview(data) as view:
+                _read_into(f, view, path, f"its header says shape {shape}")
             if f.read(1):
                 raise _Refused(f"{path} holds more than the {declared} data bytes its header says "
                                f"(shape {shape})")

@@ -17,10 +17,9 @@ import numpy as np
 from fastckpt.core.checks import check_finite
 from fastckpt.data.images import Images
 from fastckpt.kernels import (
-    FWD,
     LOG_SOFTMAX,
     N_INTS,
-    Ints,
+    Table,
     all_finite,
     float_record_elems,
     new_gate,
@@ -29,6 +28,7 @@ from fastckpt.kernels import (
 )
 from fastckpt.planner.run import EVAL_CHUNK
 
+from .engine import Sums, run_spans
 from .workspace import net_table
 
 __all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunks", "output_error", "stage_rows"]
@@ -36,20 +36,31 @@ __all__ = ["EVAL_CHUNK", "ChunkedForward", "count_correct", "forward", "in_chunk
 
 class Forward:
     """Layers ``start..end-1`` of a net with ``params`` and state activation codes ``acts`` (L + 1,), each
-    writing its (up to ``rows``, width) output at ``writes[layer - start]`` in :attr:`work`."""
+    writing its (up to ``rows``, width) output at ``writes[layer - start]`` in :attr:`work`.  For a tensor
+    shard (``params`` of its widths), ``row_split`` and ``sums`` as the :class:`~.engine.Engine` takes them:
+    a row-split layer's partial products are summed over the shards before its bias and activation."""
 
-    def __init__(self, params, acts, start, end, rows, writes, work_elems):
+    def __init__(self, params, acts, start, end, rows, writes, work_elems, row_split=(), sums=None):
         sizes, dtype = params.sizes, params.dtype
         self.params, self.start, self.end = params, start, end
         self.work = np.empty(work_elems, dtype=dtype)
         self.writes = writes
         reads = [-1] + list(writes[:-1])
-        self.table = np.array([(FWD, layer, reads[k], writes[k], -1, -1, 0)
-                               for k, layer in enumerate(range(start, end))], dtype=np.int64).reshape(-1, 7)
+        rows_of, points = [], {}
+        for k, layer in enumerate(range(start, end)):
+            if row_split and row_split[layer]:
+                points[len(rows_of)] = (writes[k], sizes[layer + 1])
+                rows_of.append((Table.LINEAR, layer, reads[k], writes[k], -1, -1, 0))
+                rows_of.append((Table.ACTIVATE, layer, reads[k], writes[k], -1, -1, 0))
+            else:
+                rows_of.append((Table.FWD, layer, reads[k], writes[k], -1, -1, 0))
+        self.table = np.array(rows_of, dtype=np.int64).reshape(-1, 7)
+        self.sums = Sums(points, sums) if points else None
+        ends = sorted({0, len(rows_of), *(r + 1 for r in points)})
+        self.spans = list(zip(ends[:-1], ends[1:]))
         self.net = net_table(sizes, dtype.itemsize, acts)
         self.floats = np.zeros(float_record_elems(len(sizes) - 1, max(sizes[1:])))
         self.ints = np.zeros(N_INTS, dtype=np.int64)
-        self.ints[Ints.HI] = end - start
         self._y = np.zeros((0, sizes[-1]), dtype=dtype)
         self._no_state = np.zeros((0, 0), dtype=dtype)
         self._gate = new_gate()
@@ -58,8 +69,8 @@ class Forward:
     def __call__(self, a):
         """Run the layers on ``a`` (m, sizes[start]), m <= rows; the outputs stay in :attr:`work`."""
         flat = self.params.flat
-        self.kernel(self.table, self.net, self.ints, self.floats, a, self._y, flat, flat, self.work,
-                    self._no_state, flat, self._gate)
+        run_spans(self.kernel, (self.table, self.net, self.ints, self.floats, a, self._y, flat, flat, self.work,
+                                self._no_state, flat, self._gate), self.spans, a.shape[0], self.sums)
 
     def output(self, k, m):
         """Layer ``start + k``'s output for ``m`` rows, a view of :attr:`work`."""
@@ -67,18 +78,19 @@ class Forward:
         return self.work[self.writes[k]:self.writes[k] + m * width].reshape(m, width)
 
 
-def forward(params, acts, a, start, end):
+def forward(params, acts, a, start, end, row_split=(), sums=None):
     """``[a, a[start+1], ..., a[end]]`` for ``a = a[start]`` (batch, sizes[start]), in fresh arrays.
 
     ``acts`` (L + 1,) holds the code of the activation of each state
     (:func:`fastckpt.core.activations.state_codes`).  A softmax net's output is given as
-    probabilities (training keeps log-probabilities).
+    probabilities (training keeps log-probabilities).  ``row_split`` and ``sums``: a tensor shard's
+    (:class:`Forward`).
     """
     if end <= start:
         return [a]
     m, sizes = a.shape[0], params.sizes
     writes = np.cumsum([0] + [m * sizes[layer + 1] for layer in range(start, end)]).tolist()
-    run = Forward(params, acts, start, end, m, writes[:-1], writes[-1])
+    run = Forward(params, acts, start, end, m, writes[:-1], writes[-1], row_split, sums)
     run(a)
     outs = [a] + [run.output(k, m) for k in range(end - start)]
     if acts[-1] == LOG_SOFTMAX and end == len(sizes) - 1:
@@ -93,12 +105,12 @@ class ChunkedForward:
     a view of the output (m, n_out) that stays valid until the next call.
     """
 
-    def __init__(self, params, acts, rows):
+    def __init__(self, params, acts, rows, row_split=(), sums=None):
         self.params, self.acts, self.rows = params, acts, int(rows)
         widest = max(params.sizes[1:])
         n_layers = len(params.sizes) - 1
         writes = [(layer % 2) * self.rows * widest for layer in range(n_layers)]
-        self.run = Forward(params, acts, 0, n_layers, self.rows, writes, 2 * self.rows * widest)
+        self.run = Forward(params, acts, 0, n_layers, self.rows, writes, 2 * self.rows * widest, row_split, sums)
 
     def __call__(self, a):
         self.run(a)

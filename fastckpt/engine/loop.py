@@ -1,7 +1,8 @@
 """The lab's training loop, shared by :meth:`Network.SGD <fastckpt.nets.network.Network.SGD>` and every
 parallel trainer (threads, MPI data, pipeline and tensor parallelism):
 arguments checked once, mini-batches in order, RSS and time per update, accuracy per epoch;
-and, for a net's own ``SGD``, a held-out validation set and a new order every epoch.
+and, for a net's own ``SGD``, a held-out validation set (its loss and score every epoch), a new order every
+epoch and early stopping (:mod:`fastckpt.engine.stopping`).
 """
 import operator
 import time
@@ -9,7 +10,17 @@ import warnings
 
 import numpy as np
 
-from fastckpt.core.checks import as_batch, as_labels, as_targets, check_eta, check_finite_rows, check_positive_int
+from fastckpt.core.checks import (
+    as_batch,
+    as_labels,
+    as_targets,
+    check_eta,
+    check_finite_rows,
+    check_in_range,
+    check_positive_int,
+    check_rows,
+)
+from fastckpt.core.losses import is_regression
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.core.resources import ResidentBytes
 from fastckpt.data.images import Images
@@ -23,10 +34,11 @@ def check_training(net, training_data, epochs, mini_batch_size, eta):
     epochs = check_positive_int(epochs, "epochs", minimum=0)
     mini_batch_size = check_positive_int(mini_batch_size, "mini_batch_size")
     eta = check_eta(eta)
-    check_finite_rows(as_batch(x_train, net.sizes[0], "training_data[0]", "input"), "training_data[0]")
+    check_rows(x_train, net.sizes[0], "training_data[0]", "input", net.dtype)    # finite in the net's dtype too
     y_rows = as_targets(y_train, net.sizes[-1], "training_data[1]")     # one-hot rows or integer labels
     if y_rows.ndim == 2:
         check_finite_rows(y_rows, "training_data[1]")
+        check_in_range(y_rows, net.dtype, "training_data[1]")
     n = len(x_train)
     if len(y_train) != n:
         raise ValueError(f"training_data[0] has {n} samples but training_data[1] has {len(y_train)}")
@@ -49,6 +61,8 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     """Starts of the mini-batches of ``n`` samples, in order, as a ``range`` (no object per minibatch: NOTE [ The
     whole run ]); warns about the samples the lab's rule skips (and, with ``hint``, that ``drop_last=False``
     trains on them)."""
+    if not isinstance(drop_last, (bool, np.bool_)):          # "no" is truthy: it would drop, as True does
+        raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
     if not drop_last:
         return range(0, n, mini_batch_size)
     if n % mini_batch_size:
@@ -57,7 +71,8 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
 
 
 def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, lock=None, on_epoch=None,
-               first_epoch=0, validation=None, start_epoch=None, eta=None, lr_schedule=None):
+               first_epoch=0, validation=None, start_epoch=None, eta=None, lr_schedule=None, stopping=None,
+               rows=None):
     """The lab's loop over ``update(group, eta)`` for each group of ``groups`` (a minibatch's start, or the starts
     of the minibatches one update takes), every epoch, with
     the epoch's learning rate from ``lr_schedule`` (:mod:`fastckpt.core.lr`; constant ``eta`` by default),
@@ -68,73 +83,114 @@ def run_epochs(net, epochs, groups, update, test_data, verbose, progress=None, l
     are numbered from ``first_epoch``; ``start_epoch(epoch)`` is called before
     each and ``on_epoch(epoch, updates_done)`` after each.  ``net.history`` gets
     per epoch the mean of the losses ``update`` returns (``"loss"``; none if it
-    returns None), the accuracy on ``test_data`` and on ``validation``, a pair
-    ``(x, y)``, which the printed line then shows too.  The whole run holds the
+    returns None; weighted by ``rows(group)``, the samples of a group, when given), the accuracy on
+    ``test_data``, and on ``validation``, a pair ``(x, y)``, the loss and the score (accuracy, or R² for a
+    regression net), which the printed line then shows too.  ``stopping``, an
+    :class:`~fastckpt.engine.stopping.EarlyStopping`, may end the run after an epoch (after its
+    ``on_epoch``) and gives back its best weights at the end.  The whole run holds the
     net's lock (or ``lock``): it is one call, and other threads' calls wait for it.
     """
-    if test_data is not None:
-        pair(test_data, "test_data")                     # refused before any training, not after an epoch
+    if test_data is not None:                            # refused before any training, not after an epoch
+        check_rows(pair(test_data, "test_data")[0], net.sizes[0], "test_data[0]", "input", net.dtype)
     first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
     schedule = parse_lr_schedule(lr_schedule).resolved(first_epoch + epochs)
     if eta is not None:
         schedule.check_rates(eta, first_epoch, epochs)
     progress, bar = epoch_progress(progress, epochs, first_epoch)
     memusage, updatetime = [], []
+    if stopping is not None:
+        stopping.start(net.params, validating=validation is not None, regression=is_regression(net.loss))
     with net.params.lock if lock is None else lock, ResidentBytes() as rss:
         net.accuracies = []
-        net.history = {"loss": [], "accuracy": net.accuracies, "val_accuracy": [], "eta": []}
+        net.history = {"loss": [], "accuracy": net.accuracies, "val_loss": [],
+                       "val_r2" if is_regression(net.loss) else "val_accuracy": [], "eta": []}
         for j in range(epochs):
             epoch = first_epoch + j
             if start_epoch is not None:
                 start_epoch(epoch)
-            rate = schedule.rate(eta, epoch, first_epoch + epochs)
+            rate = schedule.rate(eta, epoch, first_epoch + epochs) * (1.0 if stopping is None else stopping.factor)
             net.history["eta"].append(rate)
-            losses = []
-            for i, group in enumerate(groups):
-                t0 = time.perf_counter()
-                memusage.append(rss())
-                try:
-                    losses.append(update(group, rate))
-                except FloatingPointError as exc:
-                    raise FloatingPointError(f"training stopped at epoch {epoch + 1}/{first_epoch + epochs}, update "
-                                             f"{i + 1}/{len(groups)}: {exc}") from exc     # counted from 1, as the bar
-                updatetime.append(time.perf_counter() - t0)
-                if progress is not None:
-                    progress(j, i + 1, len(groups))
-            line = _end_epoch(net, epoch, losses, test_data, validation)
+            losses = _updates(groups, lambda group, rate=rate: update(group, rate), rss, (memusage, updatetime),
+                              lambda i, j=j: progress(j, i, len(groups)) if progress is not None else None,
+                              f"{epoch + 1}/{first_epoch + epochs}")
+            line = _end_epoch(net, epoch, _mean_loss(losses, groups, rows), test_data, validation)
+            stop = stopping is not None and stopping.update(net.history, epoch, rate)
             if bar is not None:
                 bar.clear()
                 bar.end_epoch()
             if verbose:
-                print(line, flush=True)
+                print(line + (_stopped(stopping) if stop else ""), flush=True)
             if on_epoch is not None:
                 on_epoch(epoch, len(updatetime))
+            if stop:
+                break
+        if stopping is not None:
+            stopping.finish()
     return memusage, updatetime
 
 
-def _end_epoch(net, epoch, losses, test_data, validation):
-    """Record the epoch's mean loss and accuracies in ``net.history``; returns the line to print (the lab's
-    ``Epoch: 3, Accuracy: 0.85``, with the training loss and validation accuracy when validating)."""
+def _updates(groups, update, rss, records, progress, epoch):
+    """One epoch's ``update(group)`` of every group, the RSS before each and its time appended to ``records``,
+    ``progress(updates done)`` after each; returns their losses.  ``epoch`` ("3/10") names it in an error."""
+    memusage, updatetime = records
+    losses = []
+    for i, group in enumerate(groups):
+        t0 = time.perf_counter()
+        memusage.append(rss())
+        try:
+            losses.append(update(group))
+        except FloatingPointError as exc:
+            raise FloatingPointError(f"training stopped at epoch {epoch}, update {i + 1}/{len(groups)}: "
+                                     f"{exc}") from exc                     # counted from 1, as the bar
+        updatetime.append(time.perf_counter() - t0)
+        progress(i + 1)
+    return losses
+
+
+def _mean_loss(losses, groups, rows):
+    """The epoch's mean loss: over its samples when ``rows`` gives the groups' samples and they differ (the
+    last minibatch is smaller), else over its updates; None when an update gave none."""
+    if not losses or any(loss is None for loss in losses):
+        return None
+    if rows is None or rows(groups[0]) == rows(groups[len(losses) - 1]):
+        return float(np.mean(losses))
+    return sum(loss * rows(g) for loss, g in zip(losses, groups)) / sum(rows(g) for g in groups[:len(losses)])
+
+
+def _end_epoch(net, epoch, loss, test_data, validation):
+    """Record the epoch's mean loss, accuracies and validation scores in ``net.history``; returns the line to
+    print (the lab's ``Epoch: 3, Accuracy: 0.85``, with the training and validation loss and the validation
+    accuracy, or R², when validating)."""
     line = "Epoch: {0}".format(epoch)
-    if losses and all(loss is not None for loss in losses):
-        net.history["loss"].append(float(np.mean(losses)))
+    if loss is not None:
+        net.history["loss"].append(loss)
     if test_data is not None:
         acc = net.evaluate(*pair(test_data, "test_data"))
         net.accuracies.append(acc)
         line += ", Accuracy: {0}".format(acc)
     if validation is not None:
-        val = net.evaluate(*validation)
-        net.history["val_accuracy"].append(val)
+        val_loss, score = net.held_out_scores(*validation)
+        net.history["val_loss"].append(val_loss)
+        regression = is_regression(net.loss)
+        net.history["val_r2" if regression else "val_accuracy"].append(score)
         if net.history["loss"]:
             line += f", training loss: {net.history['loss'][-1]:.6g}"
-        line += f", validation accuracy: {val:.4g}"
+        line += f", validation loss: {val_loss:.6g}, validation {'R²' if regression else 'accuracy'}: {score:.4g}"
     return line
+
+
+def _stopped(stopping):
+    """What the line of the epoch a run stops after adds."""
+    restored = f"; the weights of epoch {stopping.best_epoch} restored" if stopping.restore_best_weights else ""
+    return (f" (stopped early: {stopping.monitored} did not improve by {stopping.tol:g} for "
+            f"{stopping.n_iter_no_change + 1} epochs in a row{restored})")
 
 
 def split_validation(net, training_data, validation):
     """``(training_data, validation_data)``: ``validation`` None (no validation), a pair ``(x, y)``
     used as it is, or a fraction in (0, 1) of the training samples held out from its end, as
-    Keras' ``validation_split`` takes them (before any shuffling)."""
+    Keras' ``validation_split`` takes them (before any shuffling).  The validation targets come back as
+    class indices, or for a regression net as target rows (integer labels made one-hot rows)."""
     if validation is None:
         return training_data, None
     if isinstance(validation, (tuple, list)):
@@ -154,7 +210,26 @@ def split_validation(net, training_data, validation):
                              f"{n - split} to validate on; each needs at least one")
         training_data, (x_val, y_val) = (x[:split], y[:split]), (x[split:], y[split:])
     x_val = as_batch(x_val, net.sizes[0], "validation[0]", "input")
+    check_finite_rows(x_val, "validation[0]")                # evaluated after each epoch: refused before the first
+    check_in_range(x_val, net.dtype, "validation[0]")
+    if is_regression(net.loss):
+        return training_data, (x_val, target_rows(y_val, net.sizes[-1], x_val.shape[0],
+                                                  ("validation[0]", "validation[1]")))
     return training_data, (x_val, as_labels(y_val, net.sizes[-1], x_val.shape[0], ("validation[0]", "validation[1]")))
+
+
+def target_rows(y, n_out, n, names):
+    """A regression net's targets ``y`` as real rows (n, n_out), checked finite: integer labels made one-hot;
+    ``names`` = (x's, y's)."""
+    rows = as_targets(y, n_out, names[1])
+    if rows.ndim == 1:
+        rows = np.eye(n_out)[rows]
+    if rows.dtype.kind not in "f":
+        rows = rows.astype(np.float64)
+    if rows.shape[0] != n:
+        raise ValueError(f"{names[0]} has {n} samples but {names[1]} has {rows.shape[0]}")
+    check_finite_rows(rows, names[1])
+    return rows
 
 
 def epoch_order(shuffle, n):

@@ -11,7 +11,7 @@ operands in :attr:`Workspace.work`, for a run kernel (:func:`fastckpt.kernels.ru
 import numpy as np
 
 from fastckpt.core.layout import param_layout
-from fastckpt.kernels import BWD, FWD, LOSS, N_INTS, WEIGHTS, float_record_elems
+from fastckpt.kernels import N_INTS, Table, float_record_elems
 from fastckpt.planner.costs import delta_elems
 
 from .batches import Staging
@@ -27,6 +27,10 @@ class Workspace:
     is written into :meth:`delta` before the backward pass (it comes from the
     stage after).  ``stash_slots`` slots hold the inputs and deltas of layers whose weight
     gradients are put off (``zb1``).
+
+    A tensor shard's plan (``plan.row_split``) runs each row-split layer's forward op as
+    :data:`~fastckpt.kernels.Table` ``LINEAR`` then ``ACTIVATE``; :attr:`sums` names the rows after which
+    a buffer is summed over the shards (NOTE [ One engine for every part ] in :mod:`.engine`).
     """
 
     def __init__(self, plan, acts, *, input_delta=False, given_delta=False, stash_slots=0):
@@ -49,8 +53,12 @@ class Workspace:
         self._odd_rows = max(sizes[1::2]) * batch          # deltas of a[1], a[3], ... first
         self.staging = Staging(batch, plan.dtype)           # minibatches of another dtype or layout
         self._gradients = self.activations[plan.grad_offset:]
+        self.sums = {}                   # table row -> (offset in work, width): summed over the shards after it
         self.table = self._table()
         self.runs = self._runs()
+        # the first row after the forward pass: the loss's, or where it would be with ``given_delta`` (a
+        # recomputation may follow it at once)
+        self.forward_end = self.op_rows[plan.ops.index(("loss", plan.n_layers))]
 
     def gradients(self):
         """The flat gradients at the arena's top, in the parameters' layout."""
@@ -68,9 +76,14 @@ class Workspace:
         return self.stash_at + slot * self.stash_elems
 
     def weights_table(self):
-        """One :data:`~fastckpt.kernels.WEIGHTS` op per layer: the weight gradients from a stash slot."""
-        return np.array([(WEIGHTS, layer, 0, 0, 0, 0, 0) for layer in range(self.plan.n_layers)],
+        """One ``WEIGHTS`` op per layer: the weight gradients from a stash slot."""
+        return np.array([(Table.WEIGHTS, layer, 0, 0, 0, 0, 0) for layer in range(self.plan.n_layers)],
                         dtype=np.int64).reshape(-1, 7)
+
+    def output(self, rows):
+        """The (rows, sizes[L]) output of the forward pass, in the arena."""
+        at, width = self.table[self.forward_end - 1, Table.WRITE], self.plan.sizes[-1]
+        return self.activations[at:at + rows * width].reshape(rows, width)
 
     def _delta_at(self, index):
         """Offset of a[index]'s delta in ``deltas`` (-1 for the input, unless ``input_delta``)."""
@@ -80,36 +93,37 @@ class Workspace:
 
     def _table(self):
         """(n_ops, 7) int64 rows ``kind, layer, read, write, d_out, d_in, ran`` (-1: x, or none); offsets
-        into :attr:`work`."""
-        rows, base = [], self.plan.arena_elems
+        into :attr:`work`.  Fills :attr:`sums` and :attr:`op_rows` (each plan op's first row)."""
+        rows, base, split, sizes = [], self.plan.arena_elems, self.plan.row_split, self.plan.sizes
+        self.op_rows = []
 
         def delta(index):
             at = self._delta_at(index)
             return at if at < 0 else base + at
         for (kind, layer), read, write in zip(self.plan.ops, self.plan.reads, self.plan.writes):
+            self.op_rows.append(len(rows))
             read = -1 if read is None else read
-            if kind == "fwd":
-                rows.append((FWD, layer, read, write, -1, -1, 0))
+            if kind == "fwd" and split and split[layer]:          # partial products, summed, then f(. + b)
+                self.sums[len(rows)] = (write, sizes[layer + 1])
+                rows += [(Table.LINEAR, layer, read, write, -1, -1, 0), (Table.ACTIVATE, layer, read, write, -1, -1, 0)]
+            elif kind == "fwd":
+                rows.append((Table.FWD, layer, read, write, -1, -1, 0))
             elif kind == "loss":
-                if self.given_delta:
-                    continue
-                rows.append((LOSS, layer, read, -1, delta(layer), -1, 0))
+                if not self.given_delta:
+                    rows.append((Table.LOSS, layer, read, -1, delta(layer), -1, 0))
             else:
-                rows.append((BWD, layer, read, -1, delta(layer + 1), delta(layer), 0))
+                if split and not split[layer] and delta(layer) >= 0:     # the input delta's parts, summed
+                    self.sums[len(rows)] = (delta(layer), sizes[layer])
+                rows.append((Table.BWD, layer, read, -1, delta(layer + 1), delta(layer), 0))
         return np.array(rows, dtype=np.int64).reshape(-1, 7)
 
     def _runs(self):
         """[lo, hi) op ranges: a new run at every forward op that follows a backward one, so a
         plain plan is one run and a checkpointed one a run per recomputed segment."""
         kinds = self.table[:, 0]
-        starts = [0] + [i for i in range(1, len(kinds)) if kinds[i] == FWD and kinds[i - 1] == BWD]
+        starts = [0] + [i for i in range(1, len(kinds)) if kinds[i] in (Table.FWD, Table.LINEAR)
+                        and kinds[i - 1] == Table.BWD]
         return list(zip(starts, starts[1:] + [len(kinds)]))
-
-    @property
-    def forward_end(self):
-        """Index in :attr:`table` of the first op after the forward pass: where the loss op is, or
-        would be with ``given_delta`` (a recomputation may follow it at once)."""
-        return self.plan.ops.index(("loss", self.plan.n_layers))
 
 
 def net_table(sizes, itemsize, acts, *, stash=False, batch=0):

@@ -35,10 +35,11 @@ def load(path):
 
 
 def save_arrays(path, sizes, dtype, weights, biases, *, loss="quadratic", l2=0.0, strategy="plain",
-                training=None, exclusive=False, activation="sigmoid", optimizer="sgd", optimizer_state=None):
-    """Save a net known by its arrays (a pipeline or tensor-parallel trainer's gathered ones), with the
-    optimizer's state as ``gather_state()`` gives it."""
-    net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=False,
+                training=None, exclusive=False, activation="sigmoid", optimizer="sgd", optimizer_state=None,
+                optimizer_in_backward=False):
+    """Save a net known by its arrays (a distributed trainer's gathered ones), with the optimizer's state as
+    ``gather_state()`` gives it."""
+    net = blank(sizes, dtype, loss=loss, l2=l2, strategy=strategy, optimizer_in_backward=optimizer_in_backward,
                 activation=activation, optimizer=optimizer)
     net.weights, net.biases = weights, biases
     if optimizer_state is not None:

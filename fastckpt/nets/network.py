@@ -12,6 +12,7 @@ from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import EpochOrder, batch_starts, check_training, held_arrays, run_epochs, split_validation
+from fastckpt.engine.stopping import check_early_stopping
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.run import bound_the_run
 from fastckpt.planner.strategies import Plain
@@ -37,14 +38,16 @@ class Network(Predicting):
         go NaN or inf is then caught at its layer, after the layers above it
         were updated (SGD's layer may hold the NaN or inf; another optimizer
         leaves that layer unchanged); the default mode refuses it whole.
-    loss : {"quadratic", "cross_entropy"}, optional
+    loss : {"quadratic", "cross_entropy", "squared_error"}, optional
         ``"quadratic"`` (default, the lab's): sigmoid output and
         ``0.5 * ||a - y||^2``.  ``"cross_entropy"``: softmax output and
         ``-sum(y * log p)``; ``feedforward`` then gives probabilities.
+        ``"squared_error"``: identity (linear) output and ``0.5 * ||a - y||^2``,
+        for regression on real targets (``feedforward`` gives the predictions).
     l2 : float or sequence of float, optional
         L2 weight penalty ``0.5 * l2 * ||W||^2``, one number for every layer or
         one per layer (default 0).  Biases carry none.
-    activation : {"sigmoid", "tanh", "relu"} or sequence of them, optional
+    activation : {"sigmoid", "tanh", "relu", "identity"} or sequence of them, optional
         The hidden layers' activation (default ``"sigmoid"``, the lab's), one
         name for all or one per hidden layer.  The output layer follows ``loss``.
     init : {"lab", "xavier", "glorot", "he", "kaiming"}, optional
@@ -56,22 +59,19 @@ class Network(Predicting):
         deviation ``sqrt(2 / fan_in)``, PyTorch's ``kaiming_normal_``.  Biases are
         0 for both (:mod:`fastckpt.core.init`).
     optimizer : {"sgd", "momentum", "adam", "adamw"} or Optimizer, optional
-        The update rule of ``update_mini_batch`` and ``SGD``, whose learning
-        rate is their ``eta``: ``"sgd"`` (default, the lab's), ``"momentum"``
-        (0.9), ``"adam"`` or ``"adamw"`` with PyTorch's defaults, or an object of
-        :mod:`fastckpt.optimizers` for other hyper-parameters, e.g.
-        ``Momentum(0.8, nesterov=True)`` or ``Adam(betas=(0.9, 0.99))``.
-        Its state (:attr:`optimizer_state`) is kept with the parameters and
-        counted in the plan's bytes.
+        The update rule of ``update_mini_batch`` and ``SGD``, whose learning rate is their ``eta``:
+        ``"sgd"`` (default, the lab's), ``"momentum"`` (0.9), ``"adam"`` or ``"adamw"`` with PyTorch's
+        defaults, or an object of :mod:`fastckpt.optimizers` for other hyper-parameters, e.g.
+        ``Momentum(0.8, nesterov=True)`` or ``Adam(betas=(0.9, 0.99))``.  Its state
+        (:attr:`optimizer_state`) is kept with the parameters and counted in the plan's bytes.
 
     Attributes
     ----------
     num_layers, sizes : int, list of int
     weights : sequence of numpy.ndarray
-        ``weights[i]`` has shape (sizes[i+1], sizes[i]).  Each is a view of the
-        net's parameters (:attr:`params`): changing it in place changes the
-        net, and ``net.weights[i] = value`` copies ``value`` in after checking
-        its shape and that it is finite.  A swap ``w[0], w[1] = w[1], w[0]``
+        ``weights[i]`` has shape (sizes[i+1], sizes[i]).  Each is a view of the net's parameters
+        (:attr:`params`): changing it in place changes the net, and ``net.weights[i] = value`` copies
+        ``value`` in after checking its shape and that it is finite.  A swap ``w[0], w[1] = w[1], w[0]``
         exchanges the values.
     biases : sequence of numpy.ndarray
         ``biases[i]`` has shape (sizes[i+1], 1); the same rules.
@@ -84,12 +84,10 @@ class Network(Predicting):
 
     Notes
     -----
-    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give an independent net
-    that trains exactly as the original would.  One net may be used from
-    several threads: each call that reads or writes its parameters
-    (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, a
-    whole ``SGD`` run, ...) holds its lock, so concurrent calls run one after
-    the other, with the result of some sequential order.
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give an independent net that trains exactly as the
+    original would.  One net may be used from several threads: each call that reads or writes its
+    parameters (``backprop``, ``update_mini_batch``, ``feedforward``, ``evaluate``, a whole ``SGD`` run,
+    ...) holds its lock, so concurrent calls run one after the other, with the result of some sequential order.
     """
 
     strategy = Plain()
@@ -119,7 +117,7 @@ class Network(Predicting):
         sizes = check_sizes(sizes)
         dtype = check_dtype(dtype)
         self.loss = check_loss(loss)
-        self.l2 = check_l2(l2, len(sizes) - 1)
+        self._l2 = check_l2(l2, len(sizes) - 1)
         self.activation = check_activation(activation, len(sizes) - 1)      # one name per hidden layer
         self._acts = state_codes(self.activation, self.loss)
         if not isinstance(optimizer_in_backward, (bool, np.bool_)):
@@ -136,6 +134,16 @@ class Network(Predicting):
     @property
     def dtype(self):
         return self.params.dtype
+
+    @property
+    def l2(self):
+        """The L2 penalty of each layer; ``net.l2 = value`` (one number or one per layer) holds from the next step."""
+        return self._l2
+
+    @l2.setter
+    def l2(self, value):
+        with self.params.lock:
+            self._l2, self._engine = check_l2(value, self.num_layers - 1), None     # a workspace holds the old
 
     @property
     def weights(self):
@@ -217,20 +225,17 @@ class Network(Predicting):
 
     def SGD(self, training_data, epochs, mini_batch_size, eta, test_data=None, *,
             drop_last=True, verbose=True, progress="auto", on_epoch=None, first_epoch=0, shuffle=False,
-            validation=None, lr_schedule=None, max_memory=None):
+            validation=None, lr_schedule=None, max_memory=None, early_stopping=None):
         """The lab's loop: mini-batches in order, accuracy per epoch; returns (memusage, updatetime).
 
         ``memusage`` is the process RSS (bytes) before each update and ``updatetime`` its duration (s), as
         in the lab.  Like the lab, ``drop_last=True`` skips the samples after the last full mini-batch (with
-        a warning saying how many); ``drop_last=False`` trains on them too.
-        The accuracies are kept in ``self.accuracies``.  ``progress``: ``"auto"``
-        (default) draws a bar on stderr while each epoch trains when stderr is a
-        terminal, and wipes it before the epoch's line; ``True`` draws it whatever
-        stderr is (a notebook), ``False`` never; a callable is called as
-        ``progress(epoch, updates_done, updates_per_epoch)`` after every update.
-        ``on_epoch(epoch, updates_done)`` is called after every epoch
-        (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the
-        epochs from there, for a run that goes on from a saved one.
+        a warning saying how many); ``drop_last=False`` trains on them too.  The accuracies are kept in
+        ``self.accuracies``.  ``progress``: ``"auto"`` (default) draws a bar on stderr while each epoch trains
+        when stderr is a terminal, and wipes it before the epoch's line; ``True`` draws it whatever stderr is
+        (a notebook), ``False`` never; a callable is called as ``progress(epoch, updates_done,
+        updates_per_epoch)`` after every update.  ``on_epoch(epoch, updates_done)`` is called after every
+        epoch (``fastckpt train --save`` saves there).  ``first_epoch`` numbers the epochs from there.
 
         ``shuffle``: False (default) takes the mini-batches in order, as the lab;
         True draws a new order every epoch from ``numpy.random`` (``np.random.seed``
@@ -238,24 +243,30 @@ class Network(Predicting):
         and the epoch's number alone, so a resumed run shuffles as an unbroken one.
         ``validation``: a fraction in (0, 1) holds out that share of the training
         samples, the last ones (as Keras' ``validation_split``, before shuffling), or a
-        pair ``(x, y)``; its accuracy and the mean training loss are then printed
-        every epoch.  ``self.history`` keeps per epoch the mean training loss
-        (``"loss"``, the mean of the mini-batches' losses before their updates),
-        the test accuracy (``"accuracy"``), the validation accuracy (``"val_accuracy"``)
-        and the learning rate (``"eta"``).
+        pair ``(x, y)``; its loss and accuracy (R² for ``loss="squared_error"``) and the mean training loss are
+        then printed every epoch.  ``self.history`` keeps per epoch the mean training loss (``"loss"``, the
+        mean over the samples of the mini-batches' losses before their updates), the test accuracy
+        (``"accuracy"``), the validation loss (``"val_loss"``) and accuracy (``"val_accuracy"``; ``"val_r2"``)
+        and the learning rate (``"eta"``).  ``early_stopping``: an :class:`~fastckpt.engine.stopping.EarlyStopping`
+        (or its ``n_iter_no_change``) stops the run once the validation score, or without validation the
+        training loss, stops improving, and restores the best epoch's weights (NOTE [ Early stopping ]).
         ``lr_schedule``: ``"constant"`` (default), ``"step(N[, gamma])"`` or ``"cosine[(T[, eta_min])]"``,
         PyTorch's ``StepLR``/``CosineAnnealingLR`` per epoch from ``first_epoch`` (:mod:`fastckpt.core.lr`).
         ``max_memory`` (bytes or ``"256MiB"``) refuses, before training, a run whose predicted whole-run peak
         (:func:`fastckpt.planner.run.run_bytes`) is above it, naming the parts and a ``fit`` that keeps to it.
+        Before the first update too, the training, test and validation data are checked finite, and within
+        the net's dtype (float64 data past float32's range, for a float32 net): a ValueError names the
+        argument, the index and the value.
         """
         given, (training_data, val_data) = training_data, split_validation(self, training_data, validation)
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
-        starts = batch_starts(len(x_train), mini_batch_size, drop_last)
+        starts, stopping = batch_starts(len(x_train), mini_batch_size, drop_last), check_early_stopping(early_stopping)
         if max_memory is not None:
             bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data, validation=val_data,
                           updates=epochs * len(starts), epochs=epochs, bound=max_memory, shuffled=shuffle is not False,
-                          held=held_arrays(given, test_data, validation, val_data))
+                          held=held_arrays(given, test_data, validation, val_data),
+                          best=bool(stopping and stopping.restore_best_weights))
         order = EpochOrder(x_train, y_train, mini_batch_size, shuffle)
 
         def update(start, rate):
@@ -263,7 +274,8 @@ class Network(Predicting):
             return self.last_loss
         return run_epochs(self, epochs, starts, update, test_data, verbose, progress,
                           on_epoch=on_epoch, first_epoch=first_epoch, validation=val_data, start_epoch=order.start,
-                          eta=eta, lr_schedule=lr_schedule)
+                          eta=eta, lr_schedule=lr_schedule, stopping=stopping,
+                          rows=lambda start: min(mini_batch_size, len(x_train) - start))
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path, *, training=None, exclusive=False):

@@ -7,7 +7,10 @@ compact :class:`~fastckpt.data.images.Images`.
 import numpy as np
 
 from fastckpt.core.checks import as_batch, as_labels, as_rows, check_finite, shaped_like
+from fastckpt.core.losses import is_regression, l2_penalty
 from fastckpt.engine.inference import forward, in_chunks
+from fastckpt.engine.loop import target_rows
+from fastckpt.engine.scores import held_out_scores
 
 
 class Predicting:
@@ -62,3 +65,15 @@ class Predicting:
             hits[0] += int(np.count_nonzero(chunk.argmax(axis=1) == y[i:i + chunk.shape[0]]))
         self._in_chunks(x, "x_test_data", count)
         return hits[0] / x.shape[0]
+
+    def held_out_scores(self, x, y):
+        """``(loss, score)`` on held-out samples: the mean loss with the L2 penalty, as training reports it, and
+        the accuracy, or R² for a regression net (``loss="squared_error"``), in one pass
+        (:mod:`fastckpt.engine.scores`).  ``y``: one-hot rows or class indices; a regression net's target rows."""
+        x = as_batch(x, self.sizes[0], "x", "input")
+        names = ("x", "y")
+        y = target_rows(y, self.sizes[-1], x.shape[0], names) if is_regression(self.loss) else \
+            as_labels(y, self.sizes[-1], x.shape[0], names)
+        with self.params.lock:
+            penalty = l2_penalty(self.l2, self.params.layers()[0])
+            return held_out_scores(self.params, self._acts, x, y, penalty, "x")

@@ -1,9 +1,8 @@
-"""Parallel training: threads (:class:`DataParallel`) and, over the one MPI layer of
-:mod:`fastckpt.parallel.mpi`, data (:class:`MPITrainer`), pipeline (:class:`PipelineTrainer`) and tensor
-(:class:`TensorParallelTrainer`) parallelism.  Imports the nets and everything below them; never the reports."""
-from .data_parallel import MPITrainer
-from .pipeline import PipelineTrainer
-from .tensor import TensorParallelTrainer
+"""Parallel training: threads (:class:`DataParallel`) and, over the one MPI layer of :mod:`fastckpt.parallel.mpi`,
+data, pipeline and tensor parallelism in one :class:`Trainer` over a :class:`Grid`.  Imports the nets and
+everything below them; never the reports."""
+from .grid import Grid
 from .threads import DataParallel
+from .trainer import MPITrainer, PipelineTrainer, TensorParallelTrainer, Trainer
 
-__all__ = ["DataParallel", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer"]
+__all__ = ["DataParallel", "Grid", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer", "Trainer"]

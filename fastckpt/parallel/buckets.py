@@ -52,15 +52,17 @@ class Buckets:
                         for lo, hi in bucket_layers(sizes, itemsize, bucket_bytes)]
         self.requests = []
 
-    def cuts(self, plan):
-        """Where the engine ends a kernel call: after the backward op of each bucket's lowest layer."""
-        backward = {layer: i for i, (kind, layer) in enumerate(plan.ops) if kind == "bwd"}
+    def cuts(self, workspace):
+        """Where the engine ends a kernel call: after the backward op of each bucket's lowest layer (rows of the
+        ``workspace``'s table)."""
+        plan = workspace.plan
+        backward = {layer: workspace.op_rows[i] for i, (kind, layer) in enumerate(plan.ops) if kind == "bwd"}
         return [backward[lo] + 1 for lo, _, _, _ in self.buckets]
 
-    def start(self, plan, grad, add):
-        """The ``after`` callback of a step of ``plan`` whose gradients are ``grad``: this rank's part is
+    def start(self, workspace, grad, add):
+        """The ``after`` callback of a step in ``workspace`` whose gradients are ``grad``: this rank's part is
         ``grad`` (``add``: plus what ``send`` holds), a bucket's worth at a time."""
-        self.requests, pending = [], list(zip(self.cuts(plan), self.buckets))
+        self.requests, pending = [], list(zip(self.cuts(workspace), self.buckets))
 
         def after(hi):
             while pending and pending[0][0] <= hi:

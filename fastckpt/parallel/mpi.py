@@ -1,11 +1,9 @@
 """The one MPI layer of every parallel mode: the ranks, agreeing across them, and errors that end the job.
 
-Data, pipeline and tensor parallelism each take a communicator (the world by
-default), hold it as a :class:`Group` and use nothing of MPI but it: :meth:`Group.agree` compares settings
-(or refuses one rank's error on every rank), :meth:`Group.errors` is the one
-"raise it everywhere or end the job" context, :meth:`Group.gather_net` gathers
-the lab's weights from the ranks' pieces, and :func:`lab_loop` runs the lab's
-loop for a trainer whose every rank takes the same data.
+The trainer holds its communicator as a :class:`Group` and uses nothing of MPI but it and the grid's axes:
+:meth:`Group.agree` compares settings (or refuses one rank's error on every rank), :meth:`Group.errors` is
+the one "raise it everywhere or end the job" context, and :meth:`Group.gather_net` gathers the lab's
+weights from the ranks' pieces.
 
 NOTE [ No rank waits forever ]
 Once one rank stops taking part in the collectives the others wait in them
@@ -38,7 +36,7 @@ import os
 import numpy as np
 
 from fastckpt.data.images import Images
-from fastckpt.engine.loop import batch_starts, check_training, pair, run_epochs
+from fastckpt.engine.loop import pair
 from fastckpt.kernels import blas_threads, set_blas_threads
 
 from .ending import abort_job, everywhere, hook_uncaught
@@ -79,6 +77,9 @@ def check_comm(comm, MPI):
     return comm
 
 
+_LOCAL_RANKS = {}                      # the world's ranks on this machine, once known
+
+
 class Group:
     """The ranks of one communicator (``MPI.COMM_WORLD`` by default) and the collectives every mode shares.
 
@@ -90,7 +91,7 @@ class Group:
         self.comm = world if comm is None else check_comm(comm, self.MPI)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
-    def agree(self, mine, what="settings"):
+    def agree(self, mine, what="settings", differ="were started with different settings"):
         """One ``allgather``: ``mine`` is this rank's dict of settings (values shown as text), or the
         exception its own checks raised.  Then on every rank alike: the first rank's error raised
         (this rank's own, as it was, where it failed), or a ValueError naming every setting that
@@ -104,7 +105,7 @@ class Group:
         if failed:
             raise everywhere(ValueError(f"{what} refused on " + "; ".join(failed)))
         try:
-            check_same_settings(everyone)
+            check_same_settings(everyone, differ)
         except ValueError as exc:
             raise everywhere(exc) from None
 
@@ -134,10 +135,16 @@ class Group:
     def share_cores(self):
         """Limit BLAS to this rank's share of its machine's cores (more threads would only spin against
         the other ranks there); returns the threads.  The communicator of the machine's ranks is freed
-        at once: mpich keeps 2 MiB of shared memory for it on one of them."""
-        machine = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
-        local = machine.Get_size()
-        machine.Free()
+        at once, and its count kept for the world's ranks: mpich keeps 2 MiB of shared memory for it on
+        one of them, until its next such split."""
+        world = self.comm.Compare(self.MPI.COMM_WORLD) in (self.MPI.IDENT, self.MPI.CONGRUENT)
+        local = _LOCAL_RANKS.get("world") if world else None
+        if local is None:
+            machine = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+            local = machine.Get_size()
+            machine.Free()
+            if world:
+                _LOCAL_RANKS["world"] = local
         threads = max(1, (os.cpu_count() or 1) // local)
         if blas_threads() > threads:
             set_blas_threads(threads)
@@ -201,14 +208,14 @@ def random_state():
     return "sha256 " + hashlib.sha256(state[1].tobytes() + repr(state[2:]).encode()).hexdigest()[:16]
 
 
-def check_same_settings(settings):
+def check_same_settings(settings, differ="were started with different settings"):
     """Raise ValueError naming each setting whose value differs between ranks; ``settings[r]`` is rank r's dict.
 
     When the ranks run different parallel modes (their ``mode`` settings differ) only that is said: the
     other settings of two modes are not comparable."""
     modes = {mine.get("mode") for mine in settings}
     keys = ["mode"] if len(modes) > 1 else list(dict.fromkeys(key for mine in settings for key in mine))
-    differ = []
+    said, differ = differ, []
     for key in keys:
         ranks_of = {}
         for rank, mine in enumerate(settings):
@@ -216,52 +223,8 @@ def check_same_settings(settings):
         if len(ranks_of) > 1:
             differ.append(f"{key} " + ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in ranks_of.items()))
     if differ:
-        raise ValueError(f"the {len(settings)} ranks were started with different settings: " + "; ".join(differ))
+        raise ValueError(f"the {len(settings)} ranks {said}: " + "; ".join(differ))
 
 
 def _ranks(ranks):
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
-def lab_loop(trainer, training_data, epochs, mini_batch_size, eta, test_data, verbose, lock, *, groups=None,
-             settings=None, model=None, on_epoch=None, progress=None, lr_schedule=None, first_epoch=0):
-    """The lab's loop for a trainer over MPI: the data and settings compared across ranks first, then
-    ``update(group)`` per group of minibatch starts and ``trainer.evaluate`` per epoch, holding ``lock``.
-
-    By default every rank takes every minibatch (model parallelism), one per update, through
-    ``trainer.update_mini_batch``.  Data parallelism passes ``groups(n_train, mini_batch_size)``:
-    per update, the minibatches of all ranks and the starts this rank takes, which
-    ``trainer.update_many`` gets.  ``settings``
-    adds the trainer's own to what is compared.  ``model`` (default: the trainer) is what is
-    evaluated and keeps the accuracies.  ``on_epoch(epoch, updates)`` is called on every rank after
-    each epoch (it may hold collectives), ``progress`` and ``first_epoch`` as in ``Network.SGD``.  Returns
-    (memusage, updatetime); rank 0 prints.
-    """
-    group = trainer.group
-    with group.errors() as errors:
-        mine = {"training data": describe_data(training_data, "training_data"),
-                "test data": None if test_data is None else describe_data(test_data, "test_data"),
-                "epochs": epochs, "batch size": mini_batch_size, "eta": eta, "lr_schedule": str(lr_schedule),
-                "first epoch": first_epoch, **(settings or {})}
-        errors.shared = (ValueError, TypeError)       # the same values everywhere: checks fail on all alike
-        group.agree(mine)
-        model = trainer if model is None else model
-        x_train, y_train, epochs, mini_batch_size, eta = check_training(model, training_data, epochs,
-                                                                        mini_batch_size, eta)
-        if groups is None:
-            starts = [[s] for s in batch_starts(len(x_train), mini_batch_size)]
-
-            def update(group, rate):
-                s = group[0]
-                trainer.update_mini_batch(x_train[s:s + mini_batch_size], y_train[s:s + mini_batch_size], rate)
-        else:
-            starts = groups(len(x_train), mini_batch_size)
-
-            def update(group, rate):
-                count, mine = group
-                trainer.update_many([x_train[s:s + mini_batch_size] for s in mine],
-                                    [y_train[s:s + mini_batch_size] for s in mine], rate, count)
-        errors.shared = (FloatingPointError, ValueError, TypeError)   # an update ends the job on the rest
-        return run_epochs(model, epochs, starts, update, test_data, verbose and group.rank == 0, lock=lock,
-                          on_epoch=on_epoch, progress=progress, eta=eta, lr_schedule=lr_schedule,
-                          first_epoch=first_epoch)

@@ -135,3 +135,12 @@ def describe_sizes(sizes):
     if all(n < 4 for _, n in runs):
         return str(list(sizes))
     return " + ".join(f"[{size}]*{n}" if n > 1 else f"[{size}]" for size, n in runs)
+
+
+def sum_bytes(sizes, row_split, batch_size, itemsize, input_delta=False):
+    """MPI's temporary for a tensor shard's largest in-place ``Allreduce`` (mpich makes one the message's size):
+    the output of each row-split layer forward, the input delta of each column-split one backward (layer 0's
+    only with ``input_delta``), ``sizes`` the shard's own widths; 0 for a net that is not split."""
+    messages = [sizes[layer + 1] for layer, row in enumerate(row_split) if row] + \
+        [sizes[layer] for layer, row in enumerate(row_split) if not row and (layer or input_delta)]
+    return batch_size * max(messages, default=0) * itemsize

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fastckpt.core.checks import check_dtype, check_positive_int, check_sizes
-from fastckpt.core.layout import grad_bytes, param_layout
+from fastckpt.core.layout import grad_bytes, param_layout, tensor_split
 from fastckpt.core.optimizers import SGD, parse_optimizer
 from fastckpt.kernels import blas_threads as current_blas_threads
 
@@ -23,6 +23,7 @@ from .costs import (
     scratch_bytes,
     state_bytes,
     step_flops,
+    sum_bytes,
 )
 from .search import PlanTooCostly
 from .strategies import parse_strategy
@@ -76,6 +77,10 @@ class Plan:
         it searched could do with less, certified by the search.  Equal to the plan's own when the plan
         is optimal; less when the search stopped at its step limit with a bound (:attr:`optimality_gap`).
         None for the fixed strategies.
+    row_split : tuple of bool
+        For a tensor shard (:func:`shard_plan`), per layer whether it is row-split
+        (:func:`fastckpt.core.layout.tensor_split`); ``sizes`` are then the shard's own widths.
+        Empty for a net that is not split.
     """
 
     sizes: tuple
@@ -94,10 +99,11 @@ class Plan:
     arena_elems: int = 0
     optimizer: object = field(default_factory=SGD)
     least_recompute: object = None
+    row_split: tuple = ()
 
     def _key(self):
         return (self.sizes, self.batch_size, self.dtype, str(self.strategy), self.optimizer_in_backward,
-                self.blas_threads, self.tree, str(self.optimizer))
+                self.blas_threads, self.tree, str(self.optimizer), self.row_split)
 
     def __eq__(self, other):
         return isinstance(other, Plan) and self._key() == other._key()
@@ -185,6 +191,8 @@ class Plan:
             "scratch": scratch_bytes(s),
             "blas": blas_bytes(s, b, self.blas_threads),
         }
+        if self.row_split:                                    # a tensor shard: MPI's temporary of its sums
+            parts["sums"] = sum_bytes(s, self.row_split, b, item)
         parts["activation_memory"] = workspace + parts["deltas"]
         parts["total"] = sum(v for k, v in parts.items() if k != "activation_memory")
         return parts
@@ -195,7 +203,7 @@ class Plan:
 
 
 def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
-                 blas_threads=1, optimizer=None, least_flops=None):
+                 blas_threads=1, optimizer=None, row_split=(), least_flops=None):
     """Lay a tree out for one batch size and dtype; ``least_flops``: the search's certificate, if any
     (:attr:`Plan.least_recompute`)."""
     sizes = tuple(int(s) for s in sizes)
@@ -216,11 +224,20 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
     least = None if least_flops is None else max(0.0, float(least_flops) - one_pass)
     return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
                 counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item,
-                SGD() if optimizer is None else parse_optimizer(optimizer), least)
+                SGD() if optimizer is None else parse_optimizer(optimizer), least_recompute=least,
+                row_split=tuple(bool(r) for r in row_split))
+
+
+def reshard(plan, sizes):
+    """``plan``'s tree laid out for ``sizes``, another tensor shard's widths: the same ops, and that shard's
+    offsets and bytes (:func:`shard_plan`); no certificate (the search ran on the widest shard)."""
+    return compile_plan(sizes, plan.batch_size, plan.dtype, plan.tree, plan.strategy,
+                        optimizer_in_backward=plan.optimizer_in_backward, blas_threads=plan.blas_threads,
+                        optimizer=plan.optimizer, row_split=plan.row_split)
 
 
 def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
-         blas_threads=None, optimizer="sgd"):
+         blas_threads=None, optimizer="sgd", row_split=()):
     """The :class:`Plan` of one training step, before any work.
 
     Parameters
@@ -244,6 +261,9 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
         The update rule (``"sgd"``, ``"momentum"``, ``"adam"``, ``"adamw"``, or an object of
         :mod:`fastckpt.optimizers`); its state is the ``optimizer_state`` part of the bytes,
         and ``fit(bytes)`` counts it.
+    row_split : sequence of bool, optional
+        ``sizes`` are a tensor shard's widths and these its row-split layers
+        (:func:`shard_plan` makes such plans); its sums' buffer is then a part of the bytes.
 
     Raises
     ------
@@ -260,10 +280,30 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     strategy = parse_strategy(strategy)
     optimizer = parse_optimizer(optimizer)
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
+    sums = sum_bytes(sizes, row_split, batch_size, dtype.itemsize)
     try:
-        tree, least = strategy.step_search(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads,
-                                           optimizer.slots)
+        tree, least = strategy.step_search(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward),
+                                           threads, optimizer.slots, sums)
     except PlanTooCostly as exc:
         raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy, optimizer_in_backward=optimizer_in_backward,
-                        blas_threads=threads, optimizer=optimizer, least_flops=least)
+                        blas_threads=threads, optimizer=optimizer, row_split=row_split,
+                        least_flops=least)
+
+
+def shard_plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, shards, shard, **options):
+    """The :class:`Plan` of tensor shard ``shard`` of ``shards`` of the net ``sizes`` (whole widths).
+
+    Its ``sizes`` are the shard's widths (:func:`~fastckpt.core.layout.tensor_split`).  Every shard runs
+    the same ops, since a recomputed row-split layer sums over all of them again: the strategy chooses
+    on the widest shard, shard 0 (under ``fit(bytes)`` every shard then fits, none holding more), and
+    the others lay that tree out for their own widths (:func:`reshard`).  ``options`` as for :func:`plan`.
+    """
+    widest, row_split, _ = tensor_split(check_sizes(sizes), shards, 0)
+    chosen = plan(widest, batch_size, dtype, strategy, row_split=row_split, **options)
+    return chosen if shard == 0 else reshard(chosen, tensor_split(sizes, shards, shard)[0])
+
+
+def _count(n, noun):
+    """``n`` and ``noun``, plural unless one: "1 layer", "3 layers"."""
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"

@@ -28,8 +28,8 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
     peak (NOTE [ Inference bytes ]); ``staged``: the data is not C-contiguous in ``dtype`` (Images are not);
     ``labels``: ``evaluate``'s labels, when known (one-hot rows are held as class indices through the call,
     and integer labels of another type than the arg-max's are cast a chunk at a time to compare)."""
-    if what not in ("evaluate", "predict", "feedforward"):
-        raise ValueError(f"what must be 'evaluate', 'predict' or 'feedforward', got {what!r}")
+    if what not in ("evaluate", "predict", "feedforward", "validate"):
+        raise ValueError(f"what must be 'evaluate', 'validate', 'predict' or 'feedforward', got {what!r}")
     itemsize = np.dtype(dtype).itemsize
     rows = min(int(chunk), int(n_rows))
     widest = max(sizes[1:])
@@ -45,12 +45,15 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
                                  for m in {rows, int(n_rows) % rows or rows}
                                  for n_in, n_out in zip(sizes[:-1], sizes[1:])) else 0
     after = rows * 9 if what == "evaluate" else 0       # a chunk's int64 arg-max and its comparison
-    if what == "evaluate" and labels is not None:
-        y = labels if isinstance(labels, np.ndarray) else np.asarray(labels)
-        total += 0 if y is labels else y.nbytes         # a list becomes an array for the call
-        if y.ndim > 1:
+    if what == "validate":      # a validation set's loss and score: a few float64 sums (fastckpt.engine.scores)
+        total += 8 * (3 * sizes[-1] if labels is not None and np.ndim(labels) > 1 else 2)
+    elif what == "evaluate" and labels is not None:
+        listed = not isinstance(labels, np.ndarray)
+        shape, kind = listed_layout(labels) if listed else (labels.shape, labels.dtype)
+        total += listed_bytes(labels) if listed else 0  # a list becomes an array for the call
+        if len(shape) > 1:
             total += int(n_rows) * 8                    # one-hot rows: their arg-max, every row's class
-        elif y.dtype != np.intp:
+        elif kind != np.intp:
             after += rows * 8                           # NumPy's buffer of a chunk's labels cast to int64
     return total + max(blas, after)
 
@@ -61,12 +64,20 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # C-contiguous in the net's dtype (compact Images and integer labels always are converted); with a new
 # order each epoch, that order (int64 per sample) and a minibatch gathered from the data in it; the
 # records of :func:`record_bytes`; and after each epoch, one at a time, the evaluations of the test and
-# the validation set, each through its chunk's buffers (NOTE [ Inference bytes ]), or a save, which
-# writes each array from where it is (numpy's writer copies at most 16 MiB of one array at a time).
+# the validation set (its loss and score, ``what="validate"``), each through its chunk's buffers (NOTE
+# [ Inference bytes ]), or a save, which writes each array from where it is (numpy's writer copies at most
+# 16 MiB of one array at a time).  Early stopping that restores the best weights keeps one copy of the
+# parameters (``best weights``).
 # The step's workspace lives through the run, so these add to it, but not to the step's BLAS job
 # table, which lives only inside a GEMM.  Nothing else grows with the data, the batch or the updates:
 # the minibatches are taken by their start (a ``range``, no object each), and the run keeps the
 # Python objects of its net, plan and settings (:func:`object_bytes`), tens of KiB whatever the data.
+# An optimizer's objects are SGD's (its state's bytes are the step's part): a step calls no ``list(...)``,
+# whose list CPython allocates anew every time and, once freed, keeps on its free list (up to 80 of 56 bytes,
+# which only ``[...]`` takes again): a list per update of the state's rows and of Adam's betas held 1.6-3.5 KB.
+# ``fastckpt train`` loads its data first, beside nothing but its own objects: the loader holds the data, a
+# chunk of reading and the file's arrays it converts (one-hot labels, say) until it returns
+# (:func:`fastckpt.data.loading_bytes`), the part ``loading`` where that is more than the run adds.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
@@ -78,7 +89,8 @@ NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS 
 OBJECTS_BASE, OBJECTS_PER_LAYER, OBJECTS_PER_OP = 20 * 1024, 1250, 290
 OBJECTS_COMMAND = 52 * 1024      # the command's own besides: its parsed arguments, its result, its data's names
 UPDATE_BYTES = 32 + 24 + 24   # per update: its RSS (an int below 2**60) and time in the lab's lists, its loss
-EPOCH_BYTES = 4 * 24          # per epoch: its rate, mean loss and accuracies in ``net.history``
+EPOCH_BYTES = 5 * 24          # per epoch: its rate, mean loss, accuracy, validation loss and score in
+HISTORY_LISTS = 5             # ``net.history``'s five lists
 SAVE_EXTRA = 64 * 1024        # the zip archive's buffers and the metadata of one save
 
 
@@ -92,17 +104,39 @@ def list_slots(n):
 
 def record_bytes(updates, epochs=1):
     """What a run of ``updates`` updates over ``epochs`` epochs records: the lab's two lists of every update's
-    RSS and time, the last epoch's list of losses, and ``net.history``'s four lists, slots included."""
+    RSS and time, the last epoch's list of losses, and ``net.history``'s lists, slots included."""
     updates, epochs = int(updates), max(1, int(epochs))
     per_epoch = updates // epochs
     return (updates * (UPDATE_BYTES - 24) + per_epoch * 24 + 8 * (2 * list_slots(updates) + list_slots(per_epoch))
-            + epochs * EPOCH_BYTES + 8 * 4 * list_slots(epochs))
+            + epochs * EPOCH_BYTES + 8 * HISTORY_LISTS * list_slots(epochs))
 
 
 def data_bytes(*arrays):
     """What the data holds: an ndarray's or :class:`~fastckpt.data.images.Images`' own bytes; for a list
-    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside)."""
-    return sum(int(a.nbytes if hasattr(a, "nbytes") else np.asarray(a).nbytes) for a in arrays if a is not None)
+    (of rows or numbers), the bytes of its numbers as an array (Python's objects around them aside,
+    :func:`listed_bytes`)."""
+    return sum(int(a.nbytes) if hasattr(a, "nbytes") else listed_bytes(a) for a in arrays if a is not None)
+
+
+def listed_bytes(rows):
+    """The bytes ``np.asarray(rows)`` would hold, found without making it (:func:`listed_layout`)."""
+    shape, dtype = listed_layout(rows)
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def listed_layout(rows):
+    """The shape and type ``np.asarray(rows)`` would have, found a row at a time without making it: each row's
+    shape and type (an array's own, else those of the row alone as an array, the one copy of a row at a time),
+    the first row's shape for every row (the checks refuse ragged data) and the type they all promote to."""
+    shape, types = None, set()
+    for row in rows:
+        if not (hasattr(row, "shape") and hasattr(row, "dtype")):
+            row = np.asarray(row)                        # a number, or a list of them: one row
+        shape = row.shape if shape is None else shape
+        types.add(row.dtype)
+    if shape is None:
+        return (0,), np.dtype(np.float64)
+    return (len(rows), *shape), np.result_type(*types)
 
 
 def staged(a, dtype):
@@ -127,14 +161,17 @@ def object_bytes(plan, command=False):
 
 
 def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
-              command=False):
+              command=False, best=False, loading=0):
     """The bytes a whole training run holds at its peak, by part (NOTE [ The whole run ]).
 
     ``plan`` is the step's; ``training``, ``test`` and ``validation`` the (x, y) pairs the run reads (a
     validation set held out of the training data is given as both parts, views of it); ``updates`` how many
     updates it makes over ``epochs``; ``save``: whether it saves the net after each epoch; ``shuffled``:
     each epoch takes the minibatches in a new order; ``command``: the run is ``fastckpt train``'s (its Python
-    objects, :func:`object_bytes`).  Returns an ordered dict whose last entry, ``total``,
+    objects, :func:`object_bytes`); ``best``: early stopping keeps the best epoch's weights; ``loading``: what
+    the data's loader held besides the data, before the run (:func:`fastckpt.data.loading_bytes`), a part (by
+    how much) where it is more than the run adds to the data and its objects.  Returns an ordered dict whose
+    last entry, ``total``,
     is the peak: the sum of the entries before it but those of the step's parts (``step: total`` is their
     sum), one of which, ``not held at once`` (zero or negative), takes off the step's BLAS job table (with
     a minibatch gathered for it), the evaluation and the save but the largest of them, since the three are
@@ -150,9 +187,12 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
         parts["gathered"] = data_bytes(x[:batch], y[:batch])
     parts["records"] = record_bytes(updates, epochs)
     parts["python objects"] = object_bytes(plan, command)
+    if best:
+        parts["best weights"] = plan.bytes()["parameters"]
     after = []
     evaluations = [inference_bytes(sizes, len(pair[0]), dtype, staged=staged(pair[0], dtype), labels=pair[1],
-                                   blas_threads=plan.blas_threads) for pair in (test, validation) if pair is not None]
+                                   blas_threads=plan.blas_threads, what=what)
+                   for pair, what in ((test, "evaluate"), (validation, "validate")) if pair is not None]
     if evaluations:                   # the test set's, then the validation set's: the larger counts
         parts["evaluation"] = max(evaluations)
         after.append(parts["evaluation"])
@@ -165,17 +205,22 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     # others are taken off again
     during = parts["step: blas"] + parts.get("gathered", 0)
     parts[NOT_AT_ONCE] = max([during, *after]) - during - sum(after)
-    parts["total"] = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
-        parts["python objects"] + \
+    total = parts["data"] + parts["step: total"] + parts["staging"] + parts.get("order", 0) + \
+        parts["python objects"] + parts.get("best weights", 0) + \
         parts.get("gathered", 0) + parts["records"] + sum(after) + parts[NOT_AT_ONCE]
+    beyond = int(loading) - (total - parts["data"] - parts["python objects"])
+    if beyond > 0:          # before the run, beside the data and objects alone: counted where it is the larger
+        parts["loading"] = beyond
+        total += beyond
+    parts["total"] = total
     return parts
 
 
 def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strategy="plain", epochs=1,
-                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False):
+                  optimizer_in_backward=False, optimizer="sgd", save=False, command=False, loading=0):
     """The largest batch (at most the training samples) whose whole run with ``strategy`` fits ``bound`` bytes,
-    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``), or None when not
-    even batch 1 fits.
+    as ``(batch, plan, parts)`` (:func:`run_bytes`, ``command``: a run of ``fastckpt train``, ``loading``: what
+    loading its data holds besides it), or None when not even batch 1 fits.
 
     The whole run grows with the batch (the result lists shrink by less than a minibatch's staging rows
     grow), so the largest batch is found by bisection; tests/test_whole_run.py checks it against a scan."""
@@ -185,7 +230,8 @@ def largest_batch(sizes, bound, training, test=None, *, dtype=np.float64, strate
 
     def run(b):
         p = make_plan(sizes, b, dtype, strategy, optimizer_in_backward=optimizer_in_backward, optimizer=optimizer)
-        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command)
+        return p, run_bytes(p, training, test, updates=epochs * (n // b), save=save, epochs=epochs, command=command,
+                            loading=loading)
 
     def fits(b):
         return run(b)[1]["total"] <= bound
@@ -217,13 +263,16 @@ def refuse_under_mkl(name, bound, what="a bound on the whole run", shown=None):
                          "with FASTCKPT_BLAS=openblas to bound the run")
 
 
+FIT_TRIES = 8          # plans fit_the_run tries before it takes the least step any schedule needs
+
+
 def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates, save=False,
                 optimizer_in_backward=False, optimizer="sgd", name="max_memory", extra=0, **around):
     """``Fit`` of what ``bound`` bytes leave the step once the rest of the whole run is counted (the data,
     staging rows, result lists and the larger of an evaluation and a save, and ``extra`` bytes the caller
-    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``): a step planned
-    with it keeps the whole run within ``bound``.  A ValueError naming ``name`` and each part when the run
-    cannot fit."""
+    holds besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled``, ``command`` and
+    ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name``
+    and each part when the run cannot fit."""
     from .plan import plan as make_plan
     from .strategies import Fit, InfeasiblePlan, format_bytes
     refuse_under_mkl(name, bound)
@@ -231,50 +280,95 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     def planned(strategy):
         return make_plan(sizes, batch_size, dtype, strategy, optimizer_in_backward=optimizer_in_backward,
                          optimizer=optimizer)
+
+    def whole(p):
+        return run_bytes(p, training, test, updates=updates, save=save, **around)["total"] + extra
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
-    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + extra
+    if around.get("loading"):
+        refuse_loading(name, bound, rest, around["loading"], extra)
+    others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + \
+        rest.get("best weights", 0) + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
     beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
                  rest.get("saving", 0) - rest["step: blas"])
-    budget = bound - others - beside
     parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
                       if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
-                                  "saving"))
+                                  "saving", "best weights", "loading"))
     parts += f", besides {shown_bytes(extra)}" if extra else ""
-    least = None
-    for _ in range(4):               # a plan that recomputes has more ops, so more Python objects: take them off
-        if budget <= 0:
-            break
+    budget, tried = bound - others - beside, {}
+    if budget <= 0:
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(others + beside)} "
+                         f"before its training step: {parts}")
+    for _ in range(FIT_TRIES):       # a plan that recomputes has more ops, so more Python objects: take them off
         try:
             fitted = planned(Fit(budget))
-        except InfeasiblePlan as exc:
-            least = exc.minimum_bytes
+        except InfeasiblePlan:
             break
-        over = run_bytes(fitted, training, test, updates=updates, save=save, **around)["total"] + extra - bound
-        if over <= 0:
+        step, total = fitted.bytes()["total"], whole(fitted)
+        if total <= bound:
             return Fit(budget)
-        budget -= over
-    need = others + beside + (least or 0)
-    if least is None:
-        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(need)} "
-                         f"before its training step: {parts}")
-    raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least {shown_bytes(need)}: "
-                     f"{parts}, and the least training step {shown_bytes(least)}")
+        tried[step] = total
+        budget = step - (total - bound)        # a step smaller by what the run is over: another plan
+        if budget <= 0:
+            break
+    least = least_step(planned)
+    if others + beside + least > bound:
+        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least "
+                         f"{shown_bytes(others + beside + least)}: {parts}, and the least training step "
+                         f"{shown_bytes(least)}")
+    tried[least] = whole(planned(Fit(least)))
+    if tried[least] <= bound:
+        return Fit(least)
+    raise ValueError(none_fits(name, bound, tried, least, parts))
 
 
-def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, **around):
+def none_fits(name, bound, tried, least, parts):
+    """Why ``fit_the_run`` found no step: ``tried`` maps each step's bytes to its whole run's, none within
+    ``bound``, ``least`` among them."""
+    from .strategies import format_bytes
+    step, total = min(tried.items(), key=lambda item: (item[1], item[0]))
+    return (f"{name} {format_bytes(bound)}: none of the training steps tried keeps the whole run within it, the "
+            f"least any schedule needs ({least} bytes) included: a plan that recomputes more holds more Python "
+            f"objects. The least whole run found needs {total} bytes ({shown_bytes(total)}), {total - bound} more, "
+            f"with a step of {step} bytes; tried: "
+            + ", ".join(f"a step of {s} bytes makes the run {t}" for s, t in sorted(tried.items(), reverse=True))
+            + f"; the rest: {parts}")
+
+
+def least_step(planned):
+    """The fewest bytes any schedule's training step needs, from ``planned`` (a strategy -> its plan)."""
+    from .strategies import Fit, InfeasiblePlan
+    try:
+        return planned(Fit(1)).bytes()["total"]       # no step fits one byte: InfeasiblePlan says the least
+    except InfeasiblePlan as exc:
+        return exc.minimum_bytes
+
+
+def refuse_loading(name, bound, parts, loading, extra=0):
+    """A ValueError naming ``name`` and ``bound`` when loading the data does not fit it: the data, what its
+    loader holds besides (``loading``), the run's Python objects (of ``parts``) and ``extra``."""
+    from .strategies import format_bytes
+    loaded = parts["data"] + parts["python objects"] + loading + extra
+    if loaded > bound:
+        raise ValueError(f"{name} {format_bytes(bound)}: loading the data needs {shown_bytes(loaded)}: data "
+                         f"{shown_bytes(parts['data'])}, its loader's reading and conversions {shown_bytes(loading)}"
+                         f", python objects {shown_bytes(parts['python objects'])}"
+                         + (f", besides {shown_bytes(extra)}" if extra else ""))
+
+
+def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory", held=None, extra=0, **around):
     """The whole run's parts (:func:`run_bytes`) when its predicted peak is within ``bound`` (bytes, or a
     string such as ``"256MiB"``); else a ValueError naming ``name``, the parts, and the ``fit`` strategy
-    whose step would keep the run within the bound (when one would).  ``held``: every array the caller
-    keeps for the run (the data before a validation split, a validation set, class indices made of one-hot
-    validation rows), counted whole instead of ``training``, ``test`` and ``validation``; ``around``:
-    :func:`run_bytes`' ``epochs``, ``validation`` and ``shuffled``."""
+    whose step would keep the run within the bound (when one would).  ``held``: every array the caller keeps for
+    the run (the data before a validation split, a validation set, class indices made of one-hot validation rows),
+    counted whole instead of ``training``, ``test`` and ``validation``; ``extra``: bytes the caller holds
+    besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled`` and ``best``."""
     from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
     refuse_under_mkl(name, bound)
     parts = run_bytes(plan, training, test, updates=updates, **around)
-    extra = data_bytes(*held) - parts["data"] if held is not None else 0
+    extra += data_bytes(*held) - parts["data"] if held is not None else 0
     if extra:
         parts["besides"] = extra
         parts["total"] += extra
@@ -284,6 +378,7 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
                       optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
                       extra=extra, **around)
     shown = ", ".join(f"{part} {shown_bytes(parts[part])}" for part in
-                      ("data", "step: total", "staging", "order", "records", "evaluation", "besides") if part in parts)
+                      ("data", "step: total", "staging", "order", "records", "evaluation", "best weights", "besides")
+                      if part in parts)
     raise ValueError(f"{name} {format_bytes(bound)}: this run needs {shown_bytes(parts['total'])} with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")

@@ -26,14 +26,17 @@ class Strategy:
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0):
+    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0,
+                  extra_bytes=0):
         """The tree for a whole training step: :meth:`tree`, unless the strategy bounds the
-        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads and
-        the optimizer's state (``optimizer_slots`` buffers the size of the parameters)."""
-        return self.step_search(sizes, batch_size, itemsize, optimizer_in_backward, blas_threads, optimizer_slots)[0]
+        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads,
+        the optimizer's state (``optimizer_slots`` buffers the size of the parameters) and
+        ``extra_bytes`` the step holds besides (a tensor shard's sums)."""
+        return self.step_search(sizes, batch_size, itemsize, optimizer_in_backward, blas_threads, optimizer_slots,
+                                extra_bytes)[0]
 
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
-                    optimizer_slots=0):
+                    optimizer_slots=0, extra_bytes=0):
         """``(tree, least)``: :meth:`step_tree`'s tree and, for a strategy that searches, the forward FLOPs
         no tree it searched could do with less (equal to the tree's own when it is optimal); None otherwise."""
         return self.tree(sizes, batch_size, itemsize), None
@@ -125,7 +128,7 @@ class Revolve(Strategy):
         return self.step_search(sizes, batch_size, itemsize)[0]
 
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
-                    optimizer_slots=0):
+                    optimizer_slots=0, extra_bytes=0):
         n_layers = len(sizes) - 1
         flops = forward_flops(sizes, batch_size)
         tree = revolve_tree(flops, state_bytes(sizes, batch_size, itemsize), min(self.slots, n_layers))
@@ -154,7 +157,7 @@ class Budget(Strategy):
         return self.step_search(sizes, batch_size, itemsize)[0]
 
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
-                    optimizer_slots=0):
+                    optimizer_slots=0, extra_bytes=0):
         fixed = delta_elems(sizes, batch_size) * itemsize
         w = state_bytes(sizes, batch_size, itemsize)
         flops = forward_flops(sizes, batch_size)
@@ -197,8 +200,8 @@ class Fit(Strategy):
         return self.step_search(sizes, batch_size, itemsize)[0]
 
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
-                    optimizer_slots=0):
-        fixed = ((1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
+                    optimizer_slots=0, extra_bytes=0):
+        fixed = (extra_bytes + (1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
                  + (gradient_bytes(sizes, itemsize, True, optimizer_slots) if optimizer_in_backward else 0)
                  + delta_elems(sizes, batch_size) * itemsize + scratch_bytes(sizes)
                  + blas_bytes(sizes, batch_size, blas_threads))

@@ -1,4 +1,2 @@
-"""Pipeline parallelism: the trainer, its stages, schedules, partition, links and transport codecs."""
-from .trainer import PipelineTrainer
-
-__all__ = ["PipelineTrainer"]
+"""Pipeline parallelism's parts of the one trainer (:mod:`fastckpt.parallel.trainer`): a stage, the schedules of
+its micro-batches, the partition of the layers, the links between stages and their transport codecs."""

@@ -2,20 +2,18 @@
 import numpy as np
 
 from fastckpt.core.checks import check_positive_int
-from fastckpt.core.layout import param_layout
+from fastckpt.core.layout import param_layout, tensor_split
 from fastckpt.core.resources import shown_bytes
 from fastckpt.engine.workspace import stash_elems, workspace_delta_elems
-from fastckpt.planner import InfeasiblePlan
+from fastckpt.planner import InfeasiblePlan, reshard, shard_plan
 from fastckpt.planner import plan as make_plan
-from fastckpt.planner.costs import blas_bytes, layer_costs
+from fastckpt.planner.costs import blas_bytes, layer_costs, sum_bytes
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
-from ..shards import split_layers
-from ..tensor_layers import fit_strategy, kept_states
+from ..tensor import column_widths
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges
-from .tensor_layout import TensorLayout, tensor_stage_bytes
 from .transport import Codec
 
 
@@ -61,60 +59,56 @@ def least_largest(n, stages, cost):
 
 
 def stage_bytes(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
-                replicated=False, staged=(0, 0), tensor=None):
-    """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`PipelineTrainer`).
+                replicated=False, staged=(0, 0), tensor=None, fused=None, buckets=False):
+    """Predicted bytes of the stage holding layers ``lo .. hi-1``, by part (see :class:`~fastckpt.parallel.Trainer`).
 
     ``rows``: the largest micro-batch; ``order``: the stage's schedule; ``slots``: the optimizer's
     state buffers the size of the stage's parameters; ``replicated``: the stage sums its gradient over
-    data-parallel replicas (an in-place Allreduce, whose temporary mpich makes the gradient's size);
-    ``staged``: the rows of x the first stage, and of y the last, convert into staging buffers (a minibatch
-    not given as C-contiguous rows of the trainer's dtype, or integer labels).
+    data-parallel replicas (an in-place Allreduce, whose temporary mpich makes the gradient's size;
+    with ``buckets``, a sum buffer of its own too); ``staged``: the rows of x the first stage, and of y the
+    last, convert into staging buffers (a minibatch not given as C-contiguous rows of the trainer's dtype,
+    or integer labels); ``tensor``: ``(shards, shard)`` of a stage split over tensor shards; ``fused``: the
+    optimizer (``slots`` its state buffers) applied in the backward pass, which holds no gradient sum.
     The stage runs :func:`stage_plan`, so with ``fit(bytes)`` the total is within the bound.
-    ``tensor``: ``(shards, shard)`` of a tensor-parallel stage (:func:`.tensor_stage.tensor_stage_bytes`).
     """
-    if tensor is not None:
-        return tensor_stage(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated,
-                            staged, tensor)[1]
-    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged)
-    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged)
-
-
-def tensor_stage(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged, tensor):
-    """``(strategy, parts)`` of a stage split over ``tensor = (shards, shard)``: the strategy it runs (under
-    ``fit(bytes)`` the one :func:`~fastckpt.parallel.tensor_layers.fit_strategy` chooses for the widest shard,
-    shard 0, so that every shard runs it) and shard ``shard``'s bytes by part (NOTE [ Tensor-parallel stages ])."""
-    def parts_of(kind, shard):
-        layout = TensorLayout(sizes[lo:hi + 1], kind, tensor[0], shard, hi == len(sizes) - 1)
-        parts = tensor_stage_bytes(layout, rows, dtype, in_flight(order), pending_weights(order), first_stage=lo == 0,
-                                   last_stage=hi == len(sizes) - 1, slots=slots, replicated=replicated)
-        parts.update(_io_parts(sizes, lo, hi, rows, np.dtype(dtype), order, transport, threads, staged))
-        parts["total"] = sum(parts.values())
-        return parts
-    if isinstance(strategy, Fit):
-        strategy = fit_strategy(sizes[lo:hi + 1], strategy, lambda kind: parts_of(kind, 0)["total"],
-                                f"micro-batches of {rows} (layers {lo}..{hi - 1})")
-    return strategy, parts_of(strategy, tensor[1])
+    plan = stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport, threads, slots, replicated, staged,
+                      tensor, fused, buckets)
+    return _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged, tensor, buckets)
 
 
 def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", threads=1, slots=0,
-               replicated=False, staged=(0, 0)):
+               replicated=False, staged=(0, 0), tensor=None, fused=None, buckets=False):
     """The plan a stage runs: its strategy's, except that ``fit(bytes)`` bounds what the stage holds in all
     (its gradient sum, message buffers and the checkpoints of every micro-batch in flight), not one
     micro-batch's step.  A stage then plans the largest activation ``budget`` whose whole stage fits, found
     by bisection, so that fewer checkpoints are stored per micro-batch in flight; plain when all of it fits.
-    InfeasiblePlan when even the least activation memory does not."""
+    InfeasiblePlan when even the least activation memory does not.  A tensor shard's plan is chosen on the
+    widest shard, shard 0 (every shard runs its ops, NOTE [ One engine for every part ]), and laid out for
+    ``tensor``'s shard; ``fused``: the optimizer (of ``slots`` state buffers) in the backward pass."""
     sub = tuple(sizes[lo:hi + 1])
-    if not isinstance(strategy, Fit):
-        return make_plan(sub, rows, dtype, strategy, blas_threads=threads)
+    shards, shard = tensor or (1, 0)
+    options = dict(blas_threads=threads, optimizer_in_backward=fused is not None, optimizer=fused or "sgd")
+
+    def made(kind):
+        if shards == 1:
+            return make_plan(sub, rows, dtype, kind, **options)
+        return shard_plan(sub, rows, dtype, kind, shards=shards, shard=0, **options)
 
     def planned(kind):
-        plan = make_plan(sub, rows, dtype, kind, blas_threads=threads)
-        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged)["total"]
+        plan = made(kind)
+        return plan, _parts(sizes, lo, hi, rows, plan, order, transport, threads, slots, replicated, staged,
+                            None if tensor is None else (shards, 0), buckets)["total"]
+    best = made(strategy) if not isinstance(strategy, Fit) else _fit(strategy, planned, made, lo, hi, rows)
+    return best if shard == 0 else reshard(best, tensor_split(sub, shards, shard)[0])
+
+
+def _fit(strategy, planned, made, lo, hi, rows):
+    """``fit(bytes)``'s plan of a stage (:func:`stage_plan`), by bisection on an activation budget."""
     best, total = planned("plain")
     if total <= strategy.nbytes:
         return best
     try:
-        make_plan(sub, rows, dtype, Budget(1), blas_threads=threads)
+        made(Budget(1))
     except InfeasiblePlan as exc:
         low = exc.minimum_bytes
     best, total = planned(Budget(low))
@@ -122,7 +116,7 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
         raise InfeasiblePlan(f"{strategy}: the stage of layers {lo}..{hi - 1} at micro-batches of {rows} holds at "
                              f"least {total} bytes ({shown_bytes(total)}) with its micro-batches in flight, "
                              f"gradient sum and message buffers; got {strategy.nbytes}", total)
-    high = make_plan(sub, rows, dtype, "plain", blas_threads=threads).bytes()["activation_memory"]
+    high = made("plain").bytes()["activation_memory"]
     while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
         mid = (low + high) // 2
         plan, total = planned(Budget(mid))
@@ -133,33 +127,47 @@ def stage_plan(sizes, lo, hi, rows, dtype, strategy, order, transport="native", 
     return best
 
 
-def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicated=False, staged=(0, 0)):
-    """The bytes by part of a stage that runs the plan ``p``."""
-    dtype = p.dtype
+def _parts(sizes, lo, hi, rows, p, order, transport, threads, slots=0, replicated=False, staged=(0, 0),
+           tensor=None, buckets=False):
+    """The bytes by part of a stage that runs the plan ``p`` (of the stage's widths, or a shard's)."""
+    dtype, local = p.dtype, p.sizes
     item = dtype.itemsize
-    sub = tuple(sizes[lo:hi + 1])
     first, last = lo == 0, hi == len(sizes) - 1
     live = sum(b - a for a, b in live_ranges(p, loss=last))
-    params = param_layout(sub, item)[1] * item
+    params = param_layout(local, item)[1] * item
     deferred = pending_weights(order)
     parts = {
         "parameters": params,
-        "gradients": params,                                  # their sum over the micro-batches
+        "gradients": 0 if p.optimizer_in_backward else params,     # their sum over the micro-batches
         "optimizer_state": slots * params,                    # velocity, or m and v, of the stage's layers
-        "replica_sum": params if replicated else 0,           # the Allreduce's temporary
+        "replica_sum": params * (replicated + buckets),       # the Allreduce's temporary (and the buckets' sum)
         "workspace": p.arena_elems * item,                    # activations, and each micro-batch's gradients
-        "deltas": workspace_delta_elems(sub, rows, not first) * item,
-        "scratch": max(sub[1:]) * 8,
+        "layer_gradient": p.bytes()["gradients"] if p.optimizer_in_backward else 0,
+        "deltas": workspace_delta_elems(local, rows, not first) * item,
+        "scratch": max(local[1:]) * 8,
         "stored_micro_batches": storage_slots(order) * live * item,
-        "deferred_weights": deferred * stash_elems(sub, rows) * item,   # zb1: inputs and deltas for W
+        "deferred_weights": deferred * stash_elems(local, rows) * item,   # zb1: inputs and deltas for W
         "deferred_gradients": params if deferred else 0,                     # and the gradient W writes
     }
-    parts.update(_io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged))
+    if p.row_split:                                           # NOTE [ One engine for every part ]
+        parts.update(_shard_parts(sizes[lo:hi + 1], rows, p, tensor[0], first))
+    parts.update(_io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local))
     parts["total"] = sum(parts.values())
     return parts
 
 
-def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged):
+def _shard_parts(sub, rows, p, shards, first):
+    """What a tensor shard of a stage holds besides its plan's buffers: MPI's temporary of its largest sum, and
+    with a row-split first layer its columns of the stage input and, but on the first stage, the whole input
+    delta gathered from the shards' columns and the buffer it is gathered in."""
+    item, local = p.dtype.itemsize, p.sizes
+    gathered = rows * (sub[0] + max(column_widths(sub[0], shards)) * shards) if p.row_split[0] and not first else 0
+    return {"sums": sum_bytes(local, p.row_split, rows, item, input_delta=not first),
+            "input_columns": rows * local[0] * item if p.row_split[0] else 0,
+            "gathered_delta": gathered * item}
+
+
+def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local=None):
     """The bytes of a stage's inputs in flight, message buffers, BLAS and staging rows, by part."""
     item, sub = dtype.itemsize, tuple(sizes[lo:hi + 1])
     first, last = lo == 0, hi == len(sizes) - 1
@@ -169,7 +177,7 @@ def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged):
         "stage_inputs": 0 if first else in_flight(order) * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
-        "blas": blas_bytes(sub, rows, threads, input_delta=not first),
+        "blas": blas_bytes(local or sub, rows, threads, input_delta=not first),
         "staging": (staged[0] * sub[0] * first + staged[1] * sub[-1] * last) * item,   # x, y converted
     }
 
@@ -231,14 +239,14 @@ def check_stages(strategy, sizes, partition, shards=1, shard=0):
         lo = sum(partition[:stage])
         if shards > 1:
             try:
-                split_layers(sizes[lo:lo + n + 1], shards, shard, first=lo)
+                tensor_split(sizes[lo:lo + n + 1], shards, shard, first=lo)
             except ValueError as exc:
+                if len(partition) == 1:
+                    raise
                 raise ValueError(f"stage {stage} (layers {lo}..{lo + n - 1}) cannot be split over its {shards} tensor "
                                  f"ranks: {exc}; or give a partition whose stages split") from None
         try:
             strategy.check(sizes[lo:lo + n + 1])
-            if shards > 1 and not isinstance(strategy, Fit):
-                kept_states(sizes[lo:lo + n + 1], strategy)
         except ValueError as exc:
             raise ValueError(f"strategy {strategy} does not fit stage {stage} (layers {lo}..{lo + n - 1}): "
                              f"{exc}") from None

@@ -6,47 +6,37 @@ import numpy as np
 from fastckpt.kernels import BAD_LOSS, all_finite
 
 from .links import Link
-from .schedules import in_flight, pending_weights, storage_slots
-from .stage import Stage
-from .tensor_layout import TensorLayout
-from .tensor_stage import TensorStage
+from .schedules import in_flight
 
 
 class StageRunner:
-    """The stage (plan, workspace, stored micro-batches), its links and stage-input buffers, for micro-batches
-    of up to ``rows`` rows on one rank of a :class:`~fastckpt.parallel.pipeline.PipelineTrainer`: a
-    :class:`~.stage.Stage` of ``plan``, or a :class:`~.tensor_stage.TensorStage` of a ``TensorLayout``."""
+    """A :class:`~.stage.Stage`, its links and stage-input buffers, for micro-batches of up to ``rows`` rows in the
+    schedule ``order`` on stage ``index`` of ``stages`` of a replica's ``pipe``
+    (:class:`~fastckpt.parallel.mpi.Group`, None for one stage); ``widths``: the stage's whole input and
+    output widths; ``transport``: how messages between stages are encoded."""
 
-    def __init__(self, trainer, rows, order, plan):
-        self.rows, self.order = rows, order
-        self.first, self.last = trainer.first, trainer.last
-        kw = dict(first_stage=self.first, last_stage=self.last, softmax=trainer.loss == "cross_entropy",
-                  l2=trainer.replicas.own_l2(trainer.l2[trainer.lo:trainer.hi]), acts=trainer.stage_acts,
-                  deferred=pending_weights(order))
-        if isinstance(plan, TensorLayout):                       # NOTE [ Tensor-parallel stages ]
-            self.stage = TensorStage(plan, trainer.params, rows, trainer.replicas.tensor, trainer.MPI,
-                                     flight=in_flight(order), **kw)
-        else:
-            self.stage = Stage(plan, slots=storage_slots(order), **kw)
+    def __init__(self, stage, rows, order, pipe, index, stages, transport, widths):
+        self.stage, self.rows, self.order = stage, rows, order
+        self.first, self.last = index == 0, index == stages - 1
         self.split = any(op == "W" for op, _ in order)          # zb1: B computes the deltas, W the gradients
-        width_in, width_out, dtype = trainer.stage_sizes[0], trainer.stage_sizes[-1], trainer.dtype
-        self.inputs = [] if self.first else [np.empty((self.rows, width_in), dtype=dtype)
+        dtype = stage.plan.dtype
+        self.inputs = [] if self.first else [np.empty((rows, widths[0]), dtype=dtype)
                                              for _ in range(in_flight(order))]
-        group, rank = trainer.pipe, trainer.rank                   # this replica's stages
-        self.up = None if self.first else Link(group, rank - 1, trainer.transport, dtype, self.rows, width_in)
-        self.down = None if self.last else Link(group, rank + 1, trainer.transport, dtype, self.rows, width_out)
+        self.up = None if self.first else Link(pipe, index - 1, transport, dtype, rows, widths[0])
+        self.down = None if self.last else Link(pipe, index + 1, transport, dtype, rows, widths[1])
         self.busy = 0.0
-        self.reported = (0, 0)             # copied and sent bytes already added to the trainer's stats
+        self.reported = (stage.copied_bytes, stage.sent_bytes)   # already in the trainer's stats (a shard's sums
+                                                                 # outlive a runner made anew)
 
-    def run(self, params, acc, xb, yb, edges, stats, total=None):
-        """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum goes
-        to ``acc``, scaled for a minibatch of ``total`` samples (default: these).  Returns (a loss was not
-        finite, the loss summed over the micro-batches on the last stage) and adds this minibatch's time,
+    def run(self, params, acc, xb, yb, edges, stats, add=False):
+        """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum, the
+        mini-batch's mean gradient, goes to ``acc``, or is added to what it holds with ``add``.  Returns (a
+        loss was not finite, the mini-batch's mean loss on the last stage) and adds this mini-batch's time,
         busy time and bytes to ``stats``."""
         start = time.perf_counter()
         self.busy, bad, loss_sum, backwards, weights = 0.0, False, 0.0, 0, 0
         self.nonfinite = False               # a message that would carry NaN or inf: sent as zeros, update refused
-        inputs, free, batch = {}, list(range(len(self.inputs))), total or edges[-1]
+        inputs, free, batch = {}, list(range(len(self.inputs))), edges[-1]
         for op, k in self.order:
             lo, hi = edges[k], edges[k + 1]
             if op == "F":
@@ -54,12 +44,13 @@ class StageRunner:
                 continue
             if op == "W":
                 t0 = time.perf_counter()
-                self.stage.backward_weights(params, k, acc, 1.0 / batch, weights == 0)
+                self.stage.backward_weights(params, k, acc, 1.0 / batch, add=add or weights > 0, l2=weights == 0)
                 self.busy += time.perf_counter() - t0
                 weights += 1
                 continue
             x = inputs.pop(k)
-            status, loss = self._backward(params, acc, x, yb, k, lo, hi, batch, first=backwards == 0)
+            status, loss = self._backward(params, acc, x, yb, k, lo, hi, batch, add=add or backwards > 0,
+                                          l2=backwards == 0)
             backwards += 1
             bad = bad or status == BAD_LOSS
             loss_sum += loss * (hi - lo) / batch if self.last else 0.0
@@ -68,7 +59,6 @@ class StageRunner:
         for link in (self.up, self.down):
             if link is not None:
                 link.wait()
-        stats["updates"] += 1
         stats["busy"] += self.busy
         stats["wall"] += time.perf_counter() - start
         sent = sum(link.sent for link in (self.up, self.down) if link is not None) + self.stage.sent_bytes
@@ -99,7 +89,7 @@ class StageRunner:
             self.down.send(self._finite(out), 2 * k)
         return x
 
-    def _backward(self, params, acc, x, yb, k, lo, hi, batch, first):
+    def _backward(self, params, acc, x, yb, k, lo, hi, batch, add, l2):
         """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss)."""
         stage = self.stage
         if not self.last:
@@ -109,7 +99,7 @@ class StageRunner:
         if self.split:
             status, loss = stage.backward_input(params, x, y, k)
         else:
-            status, loss = stage.backward(params, x, y, k, acc, 1.0 / batch, first)
+            status, loss = stage.backward(params, x, y, k, acc, 1.0 / batch, add=add, l2=l2)
         self.busy += time.perf_counter() - t0
         if not self.first:
             if status == BAD_LOSS:

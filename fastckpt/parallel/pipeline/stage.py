@@ -1,9 +1,10 @@
-"""One pipeline stage: a contiguous range of layers that trains micro-batch by micro-batch.
+"""One pipeline stage: a contiguous range of layers (or one tensor shard of them) that trains micro-batch by
+micro-batch.
 
-A stage runs the plan of its own layers (any strategy) through the same
-run kernel as a whole net (:func:`fastckpt.kernels.runner`), cut in two: the forward pass of a
-micro-batch (:meth:`Stage.forward`) and, later, its backward pass with the
-plan's recomputation (:meth:`Stage.backward`).  Between the two, other
+A stage is an :class:`~fastckpt.engine.engine.Engine` over the plan of its own layers (any strategy; a
+shard's plan of its own widths, NOTE [ One engine for every part ]) and the bookkeeping of the
+micro-batches in flight: the forward pass of a micro-batch (:meth:`Stage.forward`) and, later, its
+backward pass with the plan's recomputation (:meth:`Stage.backward`).  Between the two, other
 micro-batches run through the same workspace.
 
 NOTE [ Micro-batches in flight ]
@@ -31,145 +32,137 @@ ops computing only the deltas, each layer's input and delta copied to one of
 ``deferred`` stash slots, and :meth:`Stage.backward_weights` later makes the
 weight gradients from the slot, into a gradient buffer of its own (the arena's
 may hold another micro-batch's live set by then).
+
+A stage split over tensor shards (:mod:`fastckpt.parallel.tensor`) differs in two places only: a row-split
+first layer takes its columns of the stage input, copied into a buffer of the stage, and its input's delta
+is then this shard's columns, gathered from every shard before it is sent back; a column-split first
+layer's input delta is summed by the engine.  Its output, after a row-split last layer, is whole on every
+shard: shard ``t`` sends it to shard ``t`` of the next stage.
 """
 import numpy as np
 
-from fastckpt.core.activations import state_codes
-from fastckpt.core.layout import param_layout
-from fastckpt.engine.workspace import Workspace
-from fastckpt.kernels import OK, Floats, Ints, new_gate, runner
+from fastckpt.engine import Engine
+from fastckpt.kernels import OK
 
 
 class Stage:
-    """Layers ``first .. first + len(plan.sizes) - 2`` of a net, on one rank.
+    """Layers ``first .. first + len(plan.sizes) - 2`` of a net (or a tensor shard of them), on one rank.
 
     Parameters
     ----------
     plan : Plan
-        The plan of the stage's own sizes, at the largest micro-batch size.
+        The plan of the stage's own sizes (a shard's own widths), at the largest micro-batch size.
     first_stage, last_stage : bool
-        The first stage has no input delta to give; the last computes the loss
-        (``softmax``: log-softmax output and cross-entropy), the others are
+        The first stage has no input delta to give; the last computes the loss, the others are
         given the delta of their output.
+    loss : str
+        The net's loss (the last stage's output and loss op).
     l2 : numpy.ndarray
-        (layers,) float64 L2 coefficients of the stage's layers.
+        (layers,) L2 coefficients of the stage's layers.
+    acts : sequence of int
+        The activation codes of the stage's states ``a[0] .. a[L]`` (the whole net's
+        :func:`~fastckpt.core.activations.state_codes` from the stage's first layer).
     slots : int
         Storage for the live sets of micro-batches in flight (NOTE [ Micro-batches in flight ]).
-    acts : sequence of int, optional
-        The activation codes of the stage's states ``a[0] .. a[L]`` (the whole net's
-        :func:`~fastckpt.core.activations.state_codes` from the stage's first layer);
-        default: sigmoid hidden states.
     deferred : int, optional
         Stash slots for micro-batches whose weight gradients are put off (``zb1``); 0 by default.
+    shard : tuple, optional
+        ``(sums, first_cols, widths)`` of a tensor shard: its :class:`~fastckpt.parallel.tensor.ShardSums`,
+        the stage input's columns its first layer takes when row-split (else None), and every shard's
+        width of them (to gather the input delta).
     """
 
-    def __init__(self, plan, *, first_stage, last_stage, softmax, l2, slots, acts=None, deferred=0):
+    def __init__(self, plan, *, first_stage, last_stage, loss, l2, acts, slots, deferred=0, shard=None):
         self.plan = plan
         self.first_stage, self.last_stage = first_stage, last_stage
-        self.softmax = bool(softmax and last_stage)
-        if acts is None:                                  # every hidden state a sigmoid's
-            acts = state_codes(("sigmoid",) * (plan.n_layers - 1), "cross_entropy" if self.softmax else "quadratic")
-        self.acts = np.asarray(acts, dtype=np.int64)
-        self._codes = set(self.acts[1:].tolist()) | ({int(self.acts[0])} if not first_stage else set())
-        self.workspace = ws = Workspace(plan, self.acts, input_delta=not first_stage, given_delta=not last_stage,
-                                        stash_slots=deferred)
-        self.forward_end = ws.forward_end
-        self.back_runs = [(max(lo, self.forward_end), hi) for lo, hi in ws.runs if hi > self.forward_end]
-        self.l2 = np.asarray(l2, dtype=np.float64)
-        self._no_state = np.zeros((0, 0), dtype=plan.dtype)      # no optimizer inside
-        self._no_y = np.zeros((0, plan.sizes[-1]), dtype=plan.dtype)      # read only by the loss op
-        self._rows = np.zeros((plan.batch_size, 0), dtype=plan.dtype)    # a batch's rows for the weights ops
+        sums, self.cols, self.widths = shard if shard is not None else (None, None, None)
+        self.engine = Engine(plan, loss, l2, acts=acts, input_delta=not first_stage, given_delta=not last_stage,
+                             stash_slots=deferred, sums=sums)
+        self.sums = sums
         self.live = live_ranges(plan, loss=last_stage)
         self.live_elems = sum(hi - lo for lo, hi in self.live)
         self._storage = [np.empty(self.live_elems, dtype=plan.dtype) for _ in range(slots)]
         self._stored = {}                  # micro-batch -> storage slot holding its live set
         self._owner = None                 # micro-batch whose live set is in the arena
         self.copied_bytes = 0
-        self.sent_bytes = 0                # messages inside the stage: none
         self._deferred = deferred
-        self._weights_table = ws.weights_table()
         self._stashed = {}                 # micro-batch -> (stash slot, rows) waiting for its weight gradients
-        self._w_grads = np.empty(param_layout(plan.sizes, plan.itemsize)[1] if deferred else 0, dtype=plan.dtype)
-        self._gate = new_gate()
+        rows, dtype = plan.batch_size, plan.dtype
+        self._x_cols = None if self.cols is None else np.empty((rows, self.cols[1] - self.cols[0]), dtype=dtype)
+        self._whole_delta = None
+        if self.cols is not None and not first_stage:          # the input delta gathered from the shards' columns
+            self._whole_delta = np.empty((rows, sum(self.widths)), dtype=dtype)
+            self._gathered = np.empty(rows * max(self.widths) * len(self.widths), dtype=dtype)
+
+    @property
+    def sent_bytes(self):
+        """Bytes sent inside the stage: its sums over the tensor shards (0 for a stage that is not split)."""
+        return 0 if self.sums is None else self.sums.sent
 
     def forward(self, params, x, k):
         """Micro-batch ``k``'s forward pass from its stage input ``x`` (rows, sizes[0]); returns
         the stage output (a view of the workspace, valid until the next pass) unless last."""
         self._evict()
-        self._run(params, x, self._no_y, 0, self.forward_end, None, 0, None, 0.0)
+        out = self.engine.forward(params, self.columns(x))
         self._owner = k
-        if self.last_stage:
-            return None
-        top = self.plan.n_layers
-        at = self.plan.writes[self.forward_end - 1]
-        return self.workspace.activations[at:at + x.shape[0] * self.plan.sizes[top]].reshape(x.shape[0], -1)
+        return out
 
     def output_delta(self, rows):
         """Where the delta of the stage output goes before :meth:`backward` (not on the last stage)."""
-        return self.workspace.delta(self.plan.n_layers, rows)
+        return self.engine.output_delta(rows)
 
     def input_delta(self, rows):
-        """The delta of the stage input after :meth:`backward` (not on the first stage)."""
-        return self.workspace.delta(0, rows)
+        """The delta of the whole stage input after :meth:`backward` (not on the first stage)."""
+        return self.engine.input_delta(rows) if self._whole_delta is None else self._whole_delta[:rows]
 
-    def backward(self, params, x, y, k, acc, scale, first):
+    def backward(self, params, x, y, k, acc, scale, *, add, l2):
         """Micro-batch ``k``'s backward pass (with the plan's recomputation): its gradients,
-        ``scale``-weighted, are copied into ``acc`` when ``first`` (with the L2 term) or added.
+        ``scale``-weighted (with the L2 terms when ``l2``), are copied into ``acc``, or added with ``add``.
         Returns (status, loss): the kernel's status and, on the last stage, the mean loss."""
-        if self._owner != k:
-            self._evict()
-            self._restore(k)
-        y = self._no_y if y is None else y
-        l2 = self.l2 if first else None
-        loss = np.nan
-        for lo, hi in self.back_runs:
-            status, part = self._run(params, x, y, lo, hi, acc, 1 if first else 2, l2, scale)
-            loss = part if not np.isnan(part) else loss
-            if status != OK:
-                break
+        self._own(k)
+        status, loss = self.engine.backward(params, self.columns(x), y, out=acc, add=add, scale=scale, l2=l2)
         self._owner = None
+        self._gather(x.shape[0], status)
         return status, loss
 
     def backward_input(self, params, x, y, k):
         """The input half of micro-batch ``k``'s backward pass (``zb1``'s B): the deltas, with the plan's
         recomputation, each layer's input and delta stashed for :meth:`backward_weights`.  Returns
         (status, loss) as :meth:`backward` does."""
-        if self._owner != k:
-            self._evict()
-            self._restore(k)
+        self._own(k)
         used = {slot for slot, _ in self._stashed.values()}
         slot = next(i for i in range(self._deferred) if i not in used)     # sized by pending_weights
         self._stashed[k] = (slot, x.shape[0])
-        y = self._no_y if y is None else y
-        loss = status = np.nan
-        for lo, hi in self.back_runs:
-            status, part = self._run(params, x, y, lo, hi, None, 0, None, 0.0, slot)
-            loss = part if not np.isnan(part) else loss
-            if status != OK:
-                break
+        status, loss = self.engine.backward(params, self.columns(x), y, out=None, add=False, scale=0.0, slot=slot)
         self._owner = None
+        self._gather(x.shape[0], status)
         return status, loss
 
-    def backward_weights(self, params, k, acc, scale, first):
-        """The weight half of micro-batch ``k``'s backward pass (``zb1``'s W), from its stash: copied into
-        ``acc`` when ``first`` (with the L2 term) or added, as :meth:`backward` does."""
+    def backward_weights(self, params, k, acc, scale, *, add, l2):
+        """The weight half of micro-batch ``k``'s backward pass (``zb1``'s W), from its stash, into ``acc`` as
+        :meth:`backward` writes its gradients."""
         slot, rows = self._stashed.pop(k)
-        self._run(params, self._rows[:rows], self._no_y, 0, len(self._weights_table), acc, 1 if first else 2,
-                  self.l2 if first else None, scale, slot, table=self._weights_table, grads=self._w_grads)
+        self.engine.weights(params, rows, slot, out=acc, add=add, scale=scale, l2=l2)
 
-    def _run(self, params, x, y, lo, hi, acc, mode, l2, scale, slot=None, *, table=None, grads=None):
-        """Ops ``lo..hi-1`` of the stage's table (or ``table``) in one kernel call; ``l2`` None: no L2 term;
-        ``slot``: the stash slot the backward ops write (or the weights ops read)."""
-        ws = self.workspace
-        grads = ws.gradients() if grads is None else grads
-        floats, ints = ws.floats, ws.ints
-        floats[Floats.SCALE] = scale
-        floats[Floats.L2:Floats.L2 + self.plan.n_layers] = 0.0 if l2 is None else l2
-        ints[Ints.LO], ints[Ints.HI], ints[Ints.CHECK], ints[Ints.ACC_MODE] = lo, hi, 0, mode
-        ints[Ints.STASH_AT] = ws.slot_at(slot) if slot is not None else 0
-        kernel = runner(self._codes, "stash" if slot is not None else "gradients", acc is not None)
-        return kernel(ws.table if table is None else table, ws.net, ints, floats, x, y, params, grads, ws.work,
-                      self._no_state, grads if acc is None else acc, self._gate)
+    def columns(self, x):
+        """Layer 0's input: ``x``, or its columns when layer 0 is row-split (copied into the stage's buffer)."""
+        if self.cols is None:
+            return x
+        part = self._x_cols[:x.shape[0]]
+        part[...] = x[:, self.cols[0]:self.cols[1]]
+        return part
+
+    def _gather(self, rows, status):
+        """A row-split first layer's input delta, this shard's columns, made whole from every shard's."""
+        if self._whole_delta is not None and status == OK:
+            self.sums.gather_columns(self.engine.input_delta(rows), self._whole_delta[:rows], self.widths,
+                                     self._gathered)
+
+    def _own(self, k):
+        """Micro-batch ``k``'s live set in the arena."""
+        if self._owner != k:
+            self._evict()
+            self._restore(k)
 
     def _evict(self):
         """Copy the arena owner's live set to a free slot: another pass is about to overwrite it."""
@@ -178,7 +171,7 @@ class Stage:
             return
         used = set(self._stored.values())
         slot = next(i for i in range(len(self._storage)) if i not in used)   # sized by storage_slots
-        store, arena, pos = self._storage[slot], self.workspace.activations, 0
+        store, arena, pos = self._storage[slot], self.engine.workspace.activations, 0
         for lo, hi in self.live:
             store[pos:pos + hi - lo] = arena[lo:hi]
             pos += hi - lo
@@ -187,7 +180,7 @@ class Stage:
         self.copied_bytes += pos * arena.itemsize
 
     def _restore(self, k):
-        store, arena, pos = self._storage[self._stored.pop(k)], self.workspace.activations, 0
+        store, arena, pos = self._storage[self._stored.pop(k)], self.engine.workspace.activations, 0
         for lo, hi in self.live:
             arena[lo:hi] = store[pos:pos + hi - lo]
             pos += hi - lo

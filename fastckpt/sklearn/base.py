@@ -1,0 +1,169 @@
+"""What the two estimators share: ``fit`` and ``partial_fit`` over one fastckpt :class:`~fastckpt.nets.Network`.
+
+A thin layer: the arguments are checked (:mod:`.settings`), the data held as the engine takes it
+(:mod:`.data`), and every epoch is the net's own ``SGD``, its kernels, strategy and plan; early stopping is
+the engine's (NOTE [ Early stopping ]).  The fitted net is :attr:`net_`; ``coefs_`` and ``intercepts_``
+are views of its parameters in scikit-learn's (n_in, n_out) layout.
+"""
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from fastckpt.core.optimizers import OptimizerState
+from fastckpt.nets import NetworkWithCheckpointing
+
+from . import data
+from .settings import checked, schedule, stopping
+
+
+class BaseMLP(BaseEstimator):
+    """``fit``, ``partial_fit`` and the fitted attributes; a subclass gives ``_targets`` (the engine's targets
+    and the net's outputs) and the net's ``loss``."""
+
+    loss_name = None
+
+    # -- fitted views of the net ---------------------------------------------------------------
+    @property
+    def coefs_(self):
+        """Each layer's weights as scikit-learn lays them out, (n_in, n_out): views of :attr:`net_`'s."""
+        check_is_fitted(self, "net_")
+        return [w.T for w in self.net_.weights]
+
+    @coefs_.setter
+    def coefs_(self, values):
+        check_is_fitted(self, "net_")
+        self.net_.weights = [np.asarray(v).T for v in values]
+
+    @property
+    def intercepts_(self):
+        """Each layer's biases, (n_out,): views of :attr:`net_`'s."""
+        check_is_fitted(self, "net_")
+        return [b.reshape(-1) for b in self.net_.biases]
+
+    @intercepts_.setter
+    def intercepts_(self, values):
+        check_is_fitted(self, "net_")
+        self.net_.biases = [np.asarray(v).reshape(-1, 1) for v in values]
+
+    @property
+    def n_layers_(self):
+        check_is_fitted(self, "net_")
+        return self.net_.num_layers
+
+    # -- fitting -------------------------------------------------------------------------------
+    def _fit(self, X, y, incremental=False, classes=None):
+        settings = checked(self)
+        if settings["early_stopping"] and incremental:
+            raise ValueError("partial_fit does not support early_stopping=True; fit does")
+        first = not hasattr(self, "net_") or (not self.warm_start and not incremental)
+        given = (X, y)
+        X, y = validate_data(self, X, y, accept_sparse=False, dtype="numeric", multi_output=True,
+                             y_numeric=self.loss_name == "squared_error", reset=first)
+        y, n_outputs = self._targets(y, first, incremental, classes)   # (n,) class indices, or (n, outputs) rows
+        if not first and self.net_.sizes[-1] != n_outputs:
+            raise ValueError(f"y has {n_outputs} outputs, but the net fitted before has {self.net_.sizes[-1]}")
+        self.n_outputs_ = n_outputs
+        rng = check_random_state(self.random_state)
+        if first:
+            self._initialize(X.shape[1], settings, rng)
+        elif not incremental:                              # a warm start: a new optimizer, as scikit-learn's
+            self.net_.optimizer_state = OptimizerState(self.net_.optimizer, self.net_.params)
+        training, validation, split_at = (X, y), None, 0
+        if settings["early_stopping"]:
+            training, validation = data.split(X, y, self.validation_fraction, rng,
+                                              labels=y if y.ndim == 1 else None)
+            split_at = data.split_bytes(len(X), y.ndim == 1)
+        batch = self._batch_size(len(training[0]))
+        self.net_.l2 = settings["alpha"] / batch
+        epochs = 1 if incremental else settings["max_iter"]
+        stopper = stopping(self, settings, incremental)
+        if not first and self._stopper is not None:
+            stopper.go_on(self._stopper)                   # scikit-learn's count goes on over the fits
+        if settings["max_memory"] is not None:
+            data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
+                       arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
+                       best=stopper.restore_best_weights, split_at=split_at)
+        self._train(training, validation, batch, epochs, settings, stopper, rng)
+        return self
+
+    def _initialize(self, n_in, settings, rng):
+        """A new net, drawn as scikit-learn draws its MLPs' (Glorot-uniform weights and biases, bound
+        ``sqrt(6 / (fan_in + fan_out))``, 2 for a logistic net's), and fresh fitted attributes."""
+        sizes = [n_in, *settings["hidden"], self.n_outputs_]
+        net = NetworkWithCheckpointing.blank(sizes, settings["dtype"], strategy=settings["strategy"],
+                                             loss=self.loss_name, activation=settings["activation"],
+                                             optimizer=settings["optimizer"],
+                                             optimizer_in_backward=settings["optimizer_in_backward"])
+        factor = 2.0 if self.activation == "logistic" else 6.0
+        weights, biases = [], []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            limit = np.sqrt(factor / (fan_in + fan_out))
+            weights.append(rng.uniform(-limit, limit, (fan_in, fan_out)).T)
+            biases.append(rng.uniform(-limit, limit, fan_out))
+        net.weights, net.biases = weights, biases
+        self.net_, self.n_iter_, self.t_, self.loss_curve_ = net, 0, 0, []
+        self._stopper, self._epochs = None, 0
+        self.best_loss_ = None if settings["early_stopping"] else np.inf
+        self.validation_scores_ = [] if settings["early_stopping"] else None
+        self.best_validation_score_ = -np.inf if settings["early_stopping"] else None
+        self.out_activation_ = "softmax" if self.loss_name == "cross_entropy" else "identity"
+
+    def _batch_size(self, n):
+        """``batch_size`` as scikit-learn takes it: ``"auto"`` is ``min(200, n)``; a larger one is clipped."""
+        if self.batch_size == "auto":
+            return min(200, n)
+        if self.batch_size > n:
+            warnings.warn(f"batch_size {self.batch_size} is larger than the {n} training samples; it is clipped "
+                          f"to {n}", UserWarning, stacklevel=4)
+        return min(self.batch_size, n)
+
+    def _train(self, training, validation, batch, epochs, settings, stopper, rng):
+        """The net's ``SGD`` over ``epochs`` epochs, then the fitted attributes from its history."""
+        n, net = len(training[0]), self.net_
+        seed = int(rng.randint(np.iinfo(np.int32).max)) if settings["shuffle"] else False
+        try:
+            net.SGD(training, epochs, batch, settings["eta"], validation=validation, shuffle=seed, drop_last=False,
+                    verbose=False, progress=False, first_epoch=self._epochs, early_stopping=stopper,
+                    lr_schedule=schedule(self, settings["solver"], n, self.t_, self._epochs),
+                    on_epoch=self._said if self.verbose else None)
+        except FloatingPointError as exc:
+            raise ValueError(f"{exc}: the input may hold values too large for these settings; scale it (for "
+                             "example with sklearn.preprocessing.StandardScaler) or lower learning_rate_init") from exc
+        history = net.history
+        self.n_iter_ = len(history["loss"])
+        self._epochs += self.n_iter_
+        self.t_ += n * self.n_iter_
+        self.loss_curve_ += history["loss"]
+        self.loss_ = self.loss_curve_[-1]
+        self._stopper = stopper
+        if validation is not None:
+            self.validation_scores_ = (self.validation_scores_ or []) + history[stopper.monitored]
+            self.best_validation_score_ = stopper.best
+        else:
+            self.best_loss_ = stopper.best
+        if epochs > 1 and self.n_iter_ == epochs and stopper.stopped_epoch is None:
+            warnings.warn(f"Stochastic Optimizer: Maximum iterations ({epochs}) reached and the optimization "
+                          "hasn't converged yet.", ConvergenceWarning, stacklevel=3)
+
+    def _said(self, epoch, updates):
+        """``verbose``: scikit-learn's line per epoch."""
+        history = self.net_.history
+        print(f"Iteration {epoch + 1}, loss = {history['loss'][-1]:.8f}")
+        for key in ("val_accuracy", "val_r2"):
+            if history.get(key):
+                print(f"Validation score: {history[key][-1]:f}")
+
+    def _output(self, X):
+        """The net's output rows for ``X``: probabilities of a classifier, predictions of a regressor."""
+        check_is_fitted(self, "net_")
+        X = validate_data(self, X, accept_sparse=False, dtype="numeric", reset=False)
+        return self.net_.feedforward(X)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags

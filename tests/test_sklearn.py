@@ -1,0 +1,286 @@
+"""fastckpt.sklearn: scikit-learn's own estimator checks, its MLPs as the reference for the same settings, pipelines
+in GridSearchCV and cross_val_score, the data users hold, and max_memory as a bound on the whole fit."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+sklearn = pytest.importorskip("sklearn")
+from sklearn import neural_network  # noqa: E402
+from sklearn.exceptions import ConvergenceWarning  # noqa: E402
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+from fastckpt.sklearn import MLPClassifier, MLPRegressor  # noqa: E402
+
+MiB = 2**20
+
+
+@parametrize_with_checks([MLPClassifier(), MLPRegressor()])
+def test_scikit_learns_estimator_checks(estimator, check):
+    """Every check scikit-learn's own MLPs pass but those on what these do not take, which scikit-learn leaves out
+    by itself: the tags declare no sparse input (so the sparse checks expect a refusal) and no multi-label
+    classification, and fit has no sample_weight (its array-API check skips itself unless SCIPY_ARRAY_API is
+    set)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+def _regression(rng, n=300, n_in=5, n_out=1):
+    x = rng.standard_normal((n, n_in))
+    y = np.sin(x[:, :n_out] * 2) + x[:, 1:n_out + 1] ** 2
+    return x, y.ravel() if n_out == 1 else y
+
+
+def _fit_both(ours, theirs, x, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return ours.fit(x, y), theirs.fit(x, y)
+
+
+@pytest.mark.parametrize("solver, tol", [("sgd", 1e-12), ("adam", 1e-4)])
+def test_a_regressor_trains_as_scikit_learns_from_the_same_draw(rng, solver, tol):
+    """The same random_state draws the same initial weights; minibatches in order and SGD with Nesterov's
+    momentum make the same updates: scikit-learn's coefs_ to rounding.  Adam adds epsilon to sqrt(v) after its
+    bias correction (PyTorch's form), scikit-learn before it: weights whose gradient is near 0 move a little
+    differently, 6e-5 after these 4 epochs."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(16, 8), activation="tanh", solver=solver, alpha=1e-3, batch_size=50,
+                  learning_rate_init=0.01, shuffle=False, random_state=3, max_iter=4, momentum=0.5)
+    ours, theirs = _fit_both(MLPRegressor(**common), neural_network.MLPRegressor(**common), x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    np.testing.assert_allclose(ours.loss_curve_, theirs.loss_curve_, rtol=tol / 100)
+    assert (ours.n_iter_, ours.t_) == (theirs.n_iter_, theirs.t_) == (4, 4 * 300)
+    np.testing.assert_allclose(ours.predict(x), theirs.predict(x), rtol=tol, atol=tol)
+
+
+def test_the_last_smaller_minibatch_keeps_the_batch_s_l2(rng):
+    """scikit-learn scales alpha by each minibatch's size; the engine's l2 is alpha / batch_size for all of an
+    epoch's, so with a smaller last minibatch and alpha > 0 the weights differ by about lr * alpha per epoch."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.0, batch_size=32, learning_rate_init=0.01,
+                  shuffle=False, random_state=3, max_iter=2)
+    for alpha, tol in ((0.0, 1e-12), (1e-3, 1e-5)):
+        ours, theirs = _fit_both(MLPRegressor(alpha=alpha, **common), neural_network.MLPRegressor(
+            alpha=alpha, **common), x, y)
+        gap = max(np.abs(a - b).max() for a, b in zip(ours.coefs_, theirs.coefs_))
+        assert gap < tol and (alpha == 0 or gap > 1e-9), (alpha, gap)
+
+
+def test_multi_output_regression_and_invscaling_as_scikit_learns(rng):
+    """Three outputs: the same weights as scikit-learn's, whose reported loss is ours over the outputs."""
+    x, y = _regression(rng, n_out=3)
+    common = dict(hidden_layer_sizes=(12,), activation="relu", solver="sgd", momentum=0.0, alpha=0.0,
+                  learning_rate="invscaling", power_t=0.25, learning_rate_init=0.05, batch_size=50,
+                  shuffle=False, random_state=0, max_iter=3)
+    ours, theirs = _fit_both(MLPRegressor(**common), neural_network.MLPRegressor(**common), x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.array(ours.loss_curve_) / 3, theirs.loss_curve_, rtol=1e-9)
+    assert ours.predict(x).shape == (300, 3) and ours.n_outputs_ == 3
+
+
+def test_a_multiclass_classifier_trains_as_scikit_learns(rng):
+    """Three classes or more: the same softmax output and log-loss, so the same weights; the training loss,
+    without scikit-learn's clipping of probabilities, stops at the same epoch."""
+    x = rng.standard_normal((240, 4))
+    y = np.array(["cat", "dog", "emu"])[(x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5)]
+    common = dict(hidden_layer_sizes=(10,), activation="logistic", solver="sgd", batch_size=40, shuffle=False,
+                  random_state=1, max_iter=200, n_iter_no_change=3, tol=1e-3, learning_rate_init=0.2)
+    ours, theirs = _fit_both(MLPClassifier(**common), neural_network.MLPClassifier(**common), x, y)
+    assert list(ours.classes_) == list(theirs.classes_) == ["cat", "dog", "emu"]
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert ours.n_iter_ == theirs.n_iter_ < 200 and ours.best_loss_ == pytest.approx(theirs.best_loss_, rel=1e-9)
+    np.testing.assert_allclose(ours.predict_proba(x), theirs.predict_proba(x), rtol=1e-9, atol=1e-12)
+    assert (ours.predict(x) == theirs.predict(x)).all()
+
+
+def test_early_stopping_restores_the_best_validation_epoch(rng):
+    x = rng.standard_normal((400, 6))
+    y = (x[:, 0] + 0.8 * rng.standard_normal(400) > 0).astype(int)
+    clf = MLPClassifier((32,), early_stopping=True, n_iter_no_change=3, max_iter=200, learning_rate_init=0.05,
+                        random_state=0, validation_fraction=0.25).fit(x, y)
+    scores = clf.validation_scores_
+    assert clf.n_iter_ == len(scores) < 200 and clf.best_validation_score_ == max(scores)
+    assert clf.best_loss_ is None and clf.net_.history["val_accuracy"] == scores
+    best = int(np.argmax(scores))
+    assert clf.n_iter_ - 1 - best > 3 or max(scores[best + 1:]) < max(scores) + clf.tol
+    stop = clf.net_.history                                   # the weights are the best epoch's: their score
+    val = clf.net_.held_out_scores(*_validation_of(clf, x, y))
+    assert val[1] == clf.best_validation_score_ and len(stop["loss"]) == clf.n_iter_
+
+
+def _validation_of(clf, x, y):
+    """The validation split the fit drew (the same random_state draws it again after the same weights)."""
+    from sklearn.utils import check_random_state
+
+    from fastckpt.sklearn.data import split
+    rng = check_random_state(clf.random_state)
+    for fan_in, fan_out in zip(clf.net_.sizes[:-1], clf.net_.sizes[1:]):
+        rng.uniform(size=(fan_in, fan_out))
+        rng.uniform(size=fan_out)
+    return split(x, np.searchsorted(clf.classes_, y), clf.validation_fraction, rng, labels=np.searchsorted(
+        clf.classes_, y))[1]
+
+
+def test_the_validation_split_is_stratified(rng):
+    from fastckpt.sklearn.data import split
+    labels = np.repeat([0, 1, 2], [600, 300, 100])
+    x = np.arange(1000.0).reshape(-1, 1)
+    (xt, yt), (xv, yv) = split(x, labels, 0.1, np.random.RandomState(0), labels=labels)
+    assert np.bincount(yv).tolist() == [60, 30, 10] and len(yt) == 900
+    assert sorted(np.concatenate([xt, xv]).ravel().tolist()) == x.ravel().tolist()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.sweep("1")
+def test_pipelines_in_grid_search_and_cross_val_score(rng, jobs):
+    """``make_pipeline(StandardScaler(), MLPClassifier())`` cross-validated and grid-searched, in this process
+    and in scikit-learn's worker processes (``n_jobs=2``: the slow run, as their start imports fastckpt)."""
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    x = rng.standard_normal((150, 4)) * [1, 10, 100, 0.1] + 5
+    y = (x[:, 0] - 5 + (x[:, 1] - 5) / 10 > 0).astype(int)
+    pipe = make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=40, random_state=0,
+                                                         learning_rate_init=0.05))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        scores = cross_val_score(pipe, x, y, cv=3, n_jobs=jobs)
+        assert scores.shape == (3,) and scores.min() > 0.8, scores
+        search = GridSearchCV(pipe, {"mlpclassifier__alpha": [1e-4, 1e-1],
+                                     "mlpclassifier__strategy": ["plain", "sqrt"]}, cv=3, n_jobs=jobs).fit(x, y)
+    assert search.best_score_ > 0.8 and len(search.cv_results_["params"]) == 4
+    by_strategy = search.cv_results_["mean_test_score"].reshape(2, 2)
+    np.testing.assert_array_equal(by_strategy[:, 0], by_strategy[:, 1])       # sqrt trains plain's bits
+    assert search.predict(x).shape == (150,) and search.best_estimator_[-1].n_features_in_ == 4
+
+
+def test_dataframes_string_labels_and_pickles(rng):
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(rng.standard_normal((120, 3)), columns=["a", "b", "c"])
+    labels = np.where(frame["a"] > 0, "yes", "no")
+    clf = MLPClassifier((6,), max_iter=30, random_state=0, learning_rate_init=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(frame, labels)
+    assert list(clf.feature_names_in_) == ["a", "b", "c"] and clf.n_features_in_ == 3
+    assert set(clf.predict(frame)) <= {"yes", "no"} and clf.predict_proba(frame).shape == (120, 2)
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict_proba(frame), clf.predict_proba(frame))
+    again.coefs_[0][...] = 0                                       # views of the unpickled net's own weights
+    assert not again.net_.weights[0].any() and clf.net_.weights[0].any()
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(frame)), clf.predict_proba(frame))
+
+
+def test_partial_fit_and_warm_start_go_on(rng):
+    x, y = _regression(rng)
+    reg = MLPRegressor(hidden_layer_sizes=(8,), random_state=0, learning_rate_init=0.01)
+    for k in range(3):
+        reg.partial_fit(x, y)
+        assert reg.n_iter_ == 1 and reg.t_ == 300 * (k + 1) and len(reg.loss_curve_) == k + 1
+    clf = MLPClassifier((5,), random_state=0)
+    with pytest.raises(ValueError, match="classes must be passed on the first call to partial_fit"):
+        clf.partial_fit(x, y > 0)
+    clf.partial_fit(x[:50], y[:50] > 0, classes=[False, True])
+    with pytest.raises(ValueError, match=r"y holds labels not in classes_"):
+        clf.partial_fit(x, np.where(y > 0, 2, 1))
+    warm = MLPRegressor(hidden_layer_sizes=(8,), random_state=0, max_iter=2, warm_start=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warm.fit(x, y)
+        first = [w.copy() for w in warm.coefs_]
+        warm.fit(x, y)
+    assert len(warm.loss_curve_) == 4 and warm.t_ == 4 * 300 and warm.n_iter_ == 2
+    assert not np.array_equal(first[0], warm.coefs_[0])
+
+
+def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
+    """A warm start keeps the weights and the count of epochs without improvement but makes a new optimizer;
+    partial_fit keeps the optimizer too: scikit-learn's weights and loss curve after each."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
+                  random_state=0, max_iter=3, learning_rate_init=0.01, warm_start=True)
+    ours, theirs = MLPRegressor(**common), neural_network.MLPRegressor(**common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for model in (ours, theirs):
+            model.fit(x, y).fit(x, y)
+            model.partial_fit(x, y)
+            model.partial_fit(x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(ours.loss_curve_, theirs.loss_curve_, rtol=1e-11)
+    assert (ours.t_, ours.n_iter_, ours.best_loss_) == (theirs.t_, theirs.n_iter_, pytest.approx(theirs.best_loss_))
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"solver": "lbfgs"}, "solver must be one of 'adam', 'sgd', got 'lbfgs'"),
+    ({"activation": "softplus"}, "activation must be one of 'identity', 'logistic', 'tanh', 'relu', got 'softplus'"),
+    ({"hidden_layer_sizes": (10, 0)}, "hidden_layer_sizes must be >= 1, got 0"),
+    ({"learning_rate_init": 0}, "learning_rate_init must be > 0, got 0"),
+    ({"strategy": "every_nth(0)"}, "every_nth"),
+    ({"loss": "poisson"}, "loss must be 'squared_error' (fastckpt has no Poisson output), got 'poisson'"),
+])
+def test_bad_arguments_are_named_in_fit(rng, params, message):
+    x, y = _regression(rng, n=20)
+    reg = MLPRegressor(**params)                                  # __init__ stores them as given
+    with pytest.raises((ValueError, TypeError)) as info:
+        reg.fit(x, y)
+    assert message in str(info.value)
+
+
+def test_verbose_prints_scikit_learns_lines(rng, capsys):
+    x, y = _regression(rng, n=60)
+    with pytest.warns(ConvergenceWarning, match=r"Maximum iterations \(2\) reached"):     # as scikit-learn's says
+        MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, verbose=True, random_state=0, early_stopping=True).fit(x, y)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0].split(":")[0] for line in lines] == ["Iteration 1", "Validation score",
+                                                                   "Iteration 2", "Validation score"]
+
+
+@pytest.mark.bounds
+def test_max_memory_refuses_a_fit_before_training_with_its_parts(rng):
+    x, y = rng.standard_normal((20_000, 50)), rng.integers(0, 5, 20_000)
+    clf = MLPClassifier((256,) * 8, max_iter=1, batch_size=2000, max_memory="40MiB", random_state=0)
+    with pytest.raises(ValueError, match=r"max_memory 40MiB: this run needs 59\.\d\d MiB with strategy plain \(data "
+                                         r"7\.78 MiB, step: total 50\.\d\d MiB, .*besides 180\.25 KiB\); "
+                                         r"strategy='fit\(\d+\)' plans a step"):
+        clf.fit(x, y)                       # besides: the labels as class indices and the estimator's objects
+    assert not hasattr(clf, "loss_")                                 # refused before the first update
+    with pytest.raises(ValueError, match=r"max_memory 1MiB: the data the fit holds needs 8,320,000 bytes, before"):
+        clf.set_params(max_memory="1MiB").fit(x, y)
+    clf.set_params(max_memory="40MiB", strategy="sqrt", hidden_layer_sizes=(64,) * 8).fit(x[:4000], y[:4000])
+
+
+@pytest.mark.memory
+@pytest.mark.bounds
+@pytest.mark.parametrize("early_stopping, bound", [(False, 14 * MiB), (True, 18 * MiB)], ids=["plain", "early"])
+@pytest.mark.sweep("plain")
+def test_max_memory_bounds_the_whole_fit_as_memray_measures_it(early_stopping, bound):
+    """The data made inside the measured function, so all of the fit is measured (with early stopping: the
+    validation split's copies, its pass and the best weights too); plain would need more than the bound, the fit
+    strategy it names trains within it, and the prediction is close to memray's peak."""
+    from fastckpt.report.measure import memray_peak
+
+    def data():
+        rng = np.random.default_rng(7)
+        return rng.standard_normal((6000, 50)), rng.integers(0, 10, 6000)
+    settings = dict(hidden_layer_sizes=(128,) * 8, max_iter=2, batch_size=1000, random_state=0,
+                    early_stopping=early_stopping, n_iter_no_change=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.raises(ValueError, match="strategy='fit") as refused:
+            MLPClassifier(**settings, max_memory=bound).fit(*data())
+        fit = refused.value.args[0].split("strategy='")[1].split("'")[0]
+        MLPClassifier(**settings, strategy=fit).fit(*data())              # warm-up: kernels, BLAS buffers
+        held = {}
+
+        def run():
+            held["clf"] = MLPClassifier(**settings, strategy=fit, max_memory=bound).fit(*data())
+        peak = memray_peak(run)
+    assert peak <= bound and held["clf"].net_.plan(1000).recompute_factor > 1, (peak, fit)
+    assert peak > bound - 2 * MiB, (peak, fit)                             # and close to it
