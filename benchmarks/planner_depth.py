@@ -83,9 +83,9 @@ def chains(depth, seeds):
     yield "equal 256", [784] + [256] * depth + [10]
 
 
-def timed(fn):
+def timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return time.perf_counter() - t, out
 
 
@@ -125,22 +125,22 @@ def main(argv=None):
                 least = exc.minimum_bytes
             for frac in FRACTIONS:
                 limit = int(widest + frac * (sum(w) - widest))
-                seconds, found = timed(lambda: least_flops(flops, w, limit))
+                seconds, found = timed(least_flops, flops, w, limit)
                 recompute = found.cost - one_pass
                 gap = (found.cost - found.lower) / found.cost
                 twin_s = rotor_s = rotor_ratio = "-"
                 if depth <= args.twin_max:
-                    twin_s, front = timed(lambda: twin.multi_front(flops, w, limit))
+                    twin_s, front = timed(twin.multi_front, flops, w, limit)
                     best = min(front[1])
                     assert abs(best - found.cost) <= 1e-12 * best, (depth, name, frac, best, found.cost)
                     twin_s = f"{twin_s:.2f}"
                 if depth <= args.rotor_max:
-                    rotor_s, got = timed(lambda: rotor(np.asarray(flops), w, limit, args.slots))
+                    rotor_s, got = timed(rotor, np.asarray(flops), w, limit, args.slots)
                     rotor_ratio = f"{(got - one_pass) / recompute:.4f}" if recompute > 0 else f"{got - one_pass:.3g}"
                     rotor_s = f"{rotor_s:.2f}"
                 nbytes = int(least + frac * (whole - least))
-                fit_s, planned = timed(lambda: fastckpt.plan(sizes, BATCH, strategy=f"fit({nbytes})",
-                                                             optimizer_in_backward=True))
+                fit_s, planned = timed(fastckpt.plan, sizes, BATCH, strategy=f"fit({nbytes})",
+                                       optimizer_in_backward=True)
                 print(f"| {depth} | {name} | {int(100 * frac)}% | {seconds:.2f} | {recompute / 1e9:.1f} | "
                       f"{found.peak / limit:.4f} | {gap:.2g} | {twin_s} | {rotor_s} | {rotor_ratio} | {fit_s:.2f} | "
                       f"{planned.recompute_factor:.3f} |", flush=True)

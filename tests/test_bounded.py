@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import twin
 
+import fastckpt
 from fastckpt.planner.bounded import least_flops
 from fastckpt.planner.costs import forward_flops, state_bytes
 from fastckpt.planner.trees import walk
@@ -80,3 +81,27 @@ def test_the_bounded_search_is_exhaustive_searchs_optimum_on_small_chains(rng):
             _check(flops, w, limit, min((c for c, _, p in trees if p <= limit), default=math.inf))
             checked += 1
     assert checked > 300
+
+
+@pytest.mark.memory
+def test_a_thousand_layer_budget_plan_is_memrays_peak_of_a_step():
+    """The bounded search's plan of 1,000 heterogeneous layers: optimal, and its predicted bytes are memray's
+    peak over building the net and training it one step (after a warm-up), within the memory contract."""
+    from fastckpt import NetworkWithCheckpointing
+    from fastckpt.report.measure import memray_peak
+    rng = np.random.default_rng(7)
+    sizes, batch = [64] + [int(s) for s in rng.integers(16, 129, size=1000)] + [10], 64
+    w = state_bytes(sizes, batch, 8)
+    widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
+    strategy = f"budget({int(widest + 0.25 * (sum(w) - widest))})"
+    chosen = fastckpt.plan(sizes, batch, strategy=strategy)
+    assert chosen.optimality_gap == 0 and chosen.recompute_factor > 1
+    predicted = chosen.bytes()["total"]
+    x, y = rng.random((batch, sizes[0])), rng.random((batch, sizes[-1]))
+    NetworkWithCheckpointing([64, 16, 10], strategy="sqrt").update_mini_batch(x, y, 0.01)     # load the kernels
+
+    def build_and_train():
+        np.random.seed(0)
+        NetworkWithCheckpointing(sizes, strategy=strategy).update_mini_batch(x, y, 0.01)
+    measured = memray_peak(build_and_train)
+    assert abs(measured - predicted) <= 0.02 * predicted + 2**20, (measured, predicted)
