@@ -44,6 +44,7 @@ from .elementwise import (
     sum_squares,
     target_sums,
 )
+from .fronts import NO_ROOM, OUT_OF_STEPS, band_ends, bounded_fronts
 from .optimizers import ADAM, MOMENTUM, adam_step, counted_adam_step, counted_momentum_step, momentum_step
 from .runs import (
     BAD_INPUT,
@@ -63,7 +64,7 @@ from .runs import (
     float_record_elems,
     runner,
 )
-from .schedules import multi_points, once_points, region_table_of, revolve_splits
+from .schedules import once_points, region_table_of, revolve_splits
 from .staging import label_range, one_hot, scale_into
 from .sync import add_in_turn, new_gate, raise_flag, wait_flag
 from .transport import (
@@ -79,14 +80,14 @@ from .transport import (
 
 __all__ = [
     "ADAM", "BAD_INPUT", "BAD_LOSS", "BAD_UPDATE", "BWD", "CompileNotice", "FWD", "Floats", "IDENTITY", "Ints",
-    "KernelCacheWarning", "LOG_SOFTMAX", "LOSS", "MODES", "MOMENTUM", "NONFINITE", "NO_TRANS", "N_INTS", "Net",
-    "OK", "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS", "Table", "WEIGHTS", "accumulate", "adam_step",
-    "add_in_turn", "all_finite", "bfloat16_encode", "bias_activation", "bias_identity", "bias_log_softmax",
-    "bias_relu", "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running", "copy_finite",
-    "counted_adam_step", "counted_momentum_step", "cross_entropy_delta", "dense_backward", "dense_backward_input",
-    "dense_backward_sgd", "dense_forward", "dense_forward_layer", "dense_forward_log_softmax", "float16_encode",
-    "float_record_elems", "gemm", "int8_decode", "int8_encode", "label_range", "label_sums", "momentum_step",
-    "multi_points", "new_gate", "once_points", "one_hot", "quadratic_delta", "raise_flag",
+    "KernelCacheWarning", "LOG_SOFTMAX", "LOSS", "MODES", "MOMENTUM", "NONFINITE", "NO_ROOM", "NO_TRANS", "N_INTS",
+    "Net", "OK", "OUT_OF_STEPS", "OVERFLOW", "RELU", "SIGMOID", "TANH", "TRANS", "Table", "WEIGHTS", "accumulate",
+    "adam_step", "add_in_turn", "all_finite", "band_ends", "bfloat16_encode", "bias_activation", "bias_identity",
+    "bias_log_softmax", "bias_relu", "bias_sigmoid", "bias_tanh", "blas_core", "blas_threads", "blas_threads_running",
+    "bounded_fronts", "copy_finite", "counted_adam_step", "counted_momentum_step", "cross_entropy_delta",
+    "dense_backward", "dense_backward_input", "dense_backward_sgd", "dense_forward", "dense_forward_layer",
+    "dense_forward_log_softmax", "float16_encode", "float_record_elems", "gemm", "int8_decode", "int8_encode",
+    "label_range", "label_sums", "momentum_step", "new_gate", "once_points", "one_hot", "quadratic_delta", "raise_flag",
     "region_table_of", "revolve_splits", "run_blas_threads", "runner", "scale_into", "set_blas_threads", "sgd_step",
     "squared_error_delta", "sum_squares", "table_decode", "target_sums", "wait_flag",
 ]

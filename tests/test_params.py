@@ -189,9 +189,9 @@ def test_checkpointing_net_takes_the_labs_positional_arguments():
 def test_a_searching_strategy_runs_once_at_the_batch_size_of_the_step(rng, monkeypatch):
     from fastckpt import strategies
     calls = []
-    real = strategies.Budget.tree
-    monkeypatch.setattr(strategies.Budget, "tree", lambda self, sizes, batch, item: calls.append(batch) or
-                        real(self, sizes, batch, item))
+    real = strategies.Budget.step_search
+    monkeypatch.setattr(strategies.Budget, "step_search", lambda self, sizes, batch, *more: calls.append(batch) or
+                        real(self, sizes, batch, *more))
     net = NetworkWithCheckpointing([10] + [8] * 6 + [3], strategy="budget(6KiB)")
     assert calls == []                                 # the constructor parses, it does not search
     net.update_mini_batch(rng.random((16, 10)), rng.random((16, 3)), 0.1)

@@ -249,14 +249,32 @@ def test_the_searches_give_the_same_answers_without_the_jit(rng):
 
 
 def test_a_search_past_its_step_limit_stops_and_says_what_to_do_instead(monkeypatch):
+    import fastckpt.planner.bounded as bounded
     import fastckpt.planner.search as search
     monkeypatch.setattr(search, "MAX_STEPS", 1000)
+    monkeypatch.setattr(bounded, "MAX_STEPS", 10)
+    monkeypatch.setattr(bounded, "BEAM_STEPS", 10)
     sizes = [20] + [16] * 40 + [4]
-    for strategy in ("revolve(3)", "budget(64KiB)", "budget(64KiB, once)", "fit(1MiB)"):
+    for strategy, batch in (("revolve(3)", 8), ("budget(16KiB)", 8), ("budget(16KiB, once)", 8), ("fit(300KiB)", 64)):
         with pytest.raises(search.PlanTooCostly, match=r"^" + re.escape(strategy) + r": planning .* over 41 layers "
-                           r"takes more than 1e\+03 steps .*use every_nth\(n\), segments\(k\) or sqrt"):
-            fastckpt.plan(sizes, 8, strategy=strategy)
+                           r"(takes more than 1e\+03|found no schedule within 1e\+01) steps .*use "
+                           r"every_nth\(n\), segments\(k\) or sqrt"):
+            fastckpt.plan(sizes, batch, strategy=strategy)
     assert fastckpt.plan(sizes, 8, strategy="sqrt").recompute_factor > 1               # linear strategies go on
+
+
+def test_a_budget_past_its_exact_search_keeps_the_first_tree_and_its_certificate(monkeypatch):
+    """The exact search stops at its steps; the beam's tree is the plan, with the knapsack bound beside it."""
+    import fastckpt.planner.bounded as bounded
+    sizes = [20] + [16] * 40 + [4]
+    exact = fastckpt.plan(sizes, 8, strategy="budget(16KiB)")
+    monkeypatch.setattr(bounded, "MAX_STEPS", 10)
+    first = fastckpt.plan(sizes, 8, strategy="budget(16KiB)")
+    assert exact.optimality_gap == 0 and "optimal" in exact.describe()
+    assert first.least_recompute <= exact.recompute_flops <= first.recompute_flops
+    assert first.bytes()["activation_memory"] <= 16 * 1024
+    gap = first.optimality_gap
+    assert gap == 0 or f"within {100 * gap:.2g}% of optimal" in first.describe()
 
 
 @pytest.mark.memory

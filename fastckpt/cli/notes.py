@@ -6,8 +6,8 @@ import sys
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.planner import plan as make_plan
 from fastckpt.planner.pays import does_not_pay
-from fastckpt.planner.plan import spans
 from fastckpt.planner.strategies import Fit, format_bytes
+from fastckpt.planner.words import spans
 
 from .bound import whole_run
 from .options import on_ranks

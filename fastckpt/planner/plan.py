@@ -28,6 +28,7 @@ from .costs import (
 from .search import PlanTooCostly
 from .strategies import parse_strategy
 from .trees import walk
+from .words import describe
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +72,11 @@ class Plan:
         Size of the workspace that holds the activations and, at its top, the
         gradients (NOTE [ Gradients in the arena ]); equal to ``workspace_elems``
         with the optimizer in backward.
+    least_recompute : float or None
+        For a strategy that searches (``revolve``, ``budget``, ``fit``): recompute FLOPs that no schedule
+        it searched could do with less, certified by the search.  Equal to the plan's own when the plan
+        is optimal; less when the search stopped at its step limit with a bound (:attr:`optimality_gap`).
+        None for the fixed strategies.
     row_split : tuple of bool
         For a tensor shard (:func:`shard_plan`), per layer whether it is row-split
         (:func:`fastckpt.core.layout.tensor_split`); ``sizes`` are then the shard's own widths.
@@ -92,6 +98,7 @@ class Plan:
     blas_threads: int = 1
     arena_elems: int = 0
     optimizer: object = field(default_factory=SGD)
+    least_recompute: object = None
     row_split: tuple = ()
 
     def _key(self):
@@ -135,6 +142,22 @@ class Plan:
         return float(np.dot(self.forward_counts, fwd) / fwd.sum())
 
     @property
+    def recompute_flops(self):
+        """Forward FLOPs of a step beyond one forward pass."""
+        fwd = forward_flops(self.sizes, self.batch_size)
+        return float(np.dot(self.forward_counts - 1, fwd))
+
+    @property
+    def optimality_gap(self):
+        """How much more this plan recomputes than the least (:attr:`least_recompute`), as a fraction of
+        that least: 0.0 when optimal, ``inf`` when the least is 0 and this plan recomputes; None when the
+        strategy does not search."""
+        if self.least_recompute is None:
+            return None
+        extra = max(0.0, self.recompute_flops - self.least_recompute)
+        return 0.0 if extra == 0 else extra / self.least_recompute if self.least_recompute > 0 else float("inf")
+
+    @property
     def extra_flop_fraction(self):
         """Recomputation FLOPs as a fraction of a plain training step's FLOPs."""
         fwd = forward_flops(self.sizes, self.batch_size)
@@ -176,48 +199,13 @@ class Plan:
 
     def describe(self):
         """A few lines for people: what is kept, what is recomputed, and the bytes by part."""
-        counts = self.forward_counts
-        runs = ", ".join(_count((counts == k).sum(), "layer") + f" x{k}" for k in sorted(set(counts.tolist())))
-        order = self.recompute_order
-        lines = [
-            f"plan {self.strategy} for {describe_sizes(self.sizes)}, batch {self.batch_size}, "
-            f"{self.dtype.name}{self._update_mode()}",
-            f"kept after the forward pass: {spans(self.kept)} ({_count(len(self.kept) - 1, 'activation')} besides the "
-            "input)",
-            f"recomputed during backward, in order: {spans(order, ordered=True) if order else 'nothing'}",
-            f"forward computations per layer: {runs}",
-            f"extra FLOPs: {100 * self.extra_flop_fraction:.1f}% of a plain step "
-            f"(recompute factor {self.recompute_factor:.3f})",
-            "predicted bytes:",
-        ]
-        for part, n in self.bytes().items():
-            lines.append(f"  {part:<18} {n:>14,d}  {n / 2**20:10.3f} MiB")
-        return "\n".join(lines)
-
-    def _update_mode(self):
-        """``""`` for the lab's SGD after the backward pass, else ``", SGD in backward"``, ``", adam"``, ..."""
-        name = "SGD" if self.optimizer.slots == 0 else self.optimizer.name
-        if self.optimizer_in_backward:
-            return f", {name} in backward"
-        return f", {name}" if self.optimizer.slots else ""
-
-
-def spans(values, ordered=False):
-    """``0-3 7 9-12``: runs of consecutive integers (in the given order when ``ordered``)."""
-    values = list(values) if ordered else sorted(values)
-    out, start = [], None
-    for k, v in enumerate(values):
-        if start is None:
-            start = v
-        if k + 1 == len(values) or values[k + 1] != v + 1:
-            out.append(str(start) if start == v else f"{start}-{v}")
-            start = None
-    return " ".join(out)
+        return describe(self)
 
 
 def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
-                 blas_threads=1, optimizer=None, row_split=()):
-    """Lay a tree out for one batch size and dtype."""
+                 blas_threads=1, optimizer=None, row_split=(), least_flops=None):
+    """Lay a tree out for one batch size and dtype; ``least_flops``: the search's certificate, if any
+    (:attr:`Plan.least_recompute`)."""
     sizes = tuple(int(s) for s in sizes)
     dtype = np.dtype(dtype)
     n_layers = len(sizes) - 1
@@ -232,14 +220,17 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
         if kind == "fwd":
             counts[layer] += 1
     counts.setflags(write=False)
+    one_pass = float(forward_flops(sizes, batch_size).sum())
+    least = None if least_flops is None else max(0.0, float(least_flops) - one_pass)
     return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
                 counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item,
-                SGD() if optimizer is None else parse_optimizer(optimizer), tuple(bool(r) for r in row_split))
+                SGD() if optimizer is None else parse_optimizer(optimizer), least_recompute=least,
+                row_split=tuple(bool(r) for r in row_split))
 
 
 def reshard(plan, sizes):
     """``plan``'s tree laid out for ``sizes``, another tensor shard's widths: the same ops, and that shard's
-    offsets and bytes (:func:`shard_plan`)."""
+    offsets and bytes (:func:`shard_plan`); no certificate (the search ran on the widest shard)."""
     return compile_plan(sizes, plan.batch_size, plan.dtype, plan.tree, plan.strategy,
                         optimizer_in_backward=plan.optimizer_in_backward, blas_threads=plan.blas_threads,
                         optimizer=plan.optimizer, row_split=plan.row_split)
@@ -291,12 +282,13 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
     sums = sum_bytes(sizes, row_split, batch_size, dtype.itemsize)
     try:
-        tree = strategy.step_tree(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward), threads,
-                                  optimizer.slots, sums)
+        tree, least = strategy.step_search(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward),
+                                           threads, optimizer.slots, sums)
     except PlanTooCostly as exc:
         raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy, optimizer_in_backward=optimizer_in_backward,
-                        blas_threads=threads, optimizer=optimizer, row_split=row_split)
+                        blas_threads=threads, optimizer=optimizer, row_split=row_split,
+                        least_flops=least)
 
 
 def shard_plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, shards, shard, **options):

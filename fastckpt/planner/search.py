@@ -43,9 +43,9 @@ measurements.
 import numpy as np
 
 from fastckpt.core.resources import free_bytes, shown_bytes
-from fastckpt.kernels import multi_points, once_points, region_table_of, revolve_splits
+from fastckpt.kernels import NO_ROOM, bounded_fronts, once_points, region_table_of, revolve_splits
 
-from .trees import keep_all, suffix_sums
+from .trees import keep_all, points_tree, suffix_sums
 
 MAX_STEPS = 5 * 10**8        # inner steps of one search: 2 to 8 s on the machines measured (docs/planning.md)
 
@@ -69,12 +69,12 @@ def max_points():
 
 
 def check_steps(what, n, steps):
-    """Refuse the result of a search that stopped, unfinished: at :data:`MAX_STEPS` inner steps, or (-1)
+    """Refuse the result of a search that stopped, unfinished: at :data:`MAX_STEPS` inner steps, or (negative)
     when its fronts outgrew :func:`max_points`."""
-    if steps < 0:
+    if steps == NO_ROOM or steps == -1:
         raise PlanTooCostly(f"planning {what} over {n - 1} layers needs fronts larger than half the free memory; "
                             "use a smaller bound, budget(bytes, once), every_nth(n), segments(k) or sqrt")
-    if steps > MAX_STEPS:
+    if steps > MAX_STEPS or steps < 0:
         raise PlanTooCostly(f"planning {what} over {n - 1} layers takes more than {MAX_STEPS:.0e} steps (seconds "
                             "to tens of seconds); use every_nth(n), segments(k) or sqrt, which plan any depth, or "
                             "fewer layers")
@@ -119,11 +119,11 @@ def _build(root, children):
 def revolve_tree(flops, w, slots):
     """Least-FLOPs tree with stack depth <= slots, ties broken by peak bytes."""
     n = len(w)                                           # reverse steps 0 .. L
-    unbounded = slots >= n - 1                           # no tree of n steps holds more than n - 1 states
-    depth = 1 if unbounded else slots
-    check_room(f"revolve({slots})", n, (40 + 4 * (depth + 1)) * (n + 1) ** 2)
+    if slots >= n - 1:                                   # keep_all holds L states and alone recomputes nothing
+        return keep_all(0, n)
+    check_room(f"revolve({slots})", n, (40 + 4 * (slots + 1)) * (n + 1) ** 2)
     prefix, w, regions = _inputs(flops, w)
-    split, steps = revolve_splits(prefix, w, regions, depth, unbounded, MAX_STEPS)
+    split, steps = revolve_splits(prefix, w, regions, slots, False, MAX_STEPS)
     check_steps(f"revolve({slots})", n, steps)
 
     def children(key):
@@ -131,8 +131,8 @@ def revolve_tree(flops, w, slots):
         if t == s + 1:
             return None
         i = int(split[d, s, t])
-        return i, (i, t, d if unbounded else d - 1), (s, i, d)
-    return _build((0, n, 1 if unbounded else slots), children)
+        return i, (i, t, d - 1), (s, i, d)
+    return _build((0, n, slots), children)
 
 
 class Front:
@@ -153,22 +153,28 @@ def multi_front(flops, w, limit, grads=None):
     could never be part of a tree that fits it.  With ``grads`` (bytes per
     layer) a point's peak is the arena that also holds the gradients written so
     far, as :func:`~fastckpt.planner.trees.walk` counts it (NOTE [ Gradients in the arena ]).
+    Every sub-chain keeps its whole front: for the cheapest tree under a limit,
+    :func:`~fastckpt.planner.bounded.least_flops` is the search that scales.
     """
     n = len(w)
     check_room("a search over every schedule", n, 24 * (n + 1) ** 2)
-    prefix, w, regions = _inputs(flops, w)
     cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
-    after = np.array(suffix_sums(grads or [0] * (len(w) - 1)), dtype=np.int64)
-    ints, cost, start, stop, steps = multi_points(prefix, w, regions, after, cap, MAX_STEPS, max_points())
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(flops, dtype=np.float64))])
+    w = np.asarray(w, dtype=np.int64)
+    after = np.array(suffix_sums(grads or [0] * (n - 1)), dtype=np.int64)
+    ends = np.full(n, n - 1, dtype=np.int64)
+    ends[-1] = n
+    price, zeros = np.zeros(1), np.zeros((1, n))                  # one price of nothing: no bound prunes
+    unbounded = (np.inf, price, zeros, zeros, price, zeros[0], 0)
+    points, _, layout, steps = bounded_fronts(prefix, w, after, cap, ends, unbounded, (np.inf, price, zeros), 0,
+                                              np.inf, (MAX_STEPS, max_points()))
     check_steps("a search over every schedule", n, steps)
-    first, end = start[0, n], stop[0, n]
+    offsets, _, start, stop, _ = layout
+    first, end = start[offsets[-1]], stop[offsets[-1]]
 
     def tree(k):
-        def children(g):
-            i = int(ints[g, 1])
-            return None if i < 0 else (i, int(ints[g, 2]), int(ints[g, 3]))
-        return _build(first + k, children)
-    return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
+        return points_tree(points, first + k)
+    return Front(points[0][first:end].tolist(), points[1][first:end].tolist(), tree)
 
 
 def once_front(flops, w, limit):
@@ -195,18 +201,23 @@ def once_front(flops, w, limit):
     return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
 
 
-def least_peak(search, flops, w, **grads):
+def least_peak(search, flops, w, grads=None):
     """The least peak of any tree ``search`` (:func:`multi_front` or :func:`once_front`) covers.
 
-    It is the first point of the front without a limit, found under doubling
-    limits so that no front holds points much above it.  ``grads=`` is passed
+    Every tree forwards from ``a[0]`` through each pair of neighbouring states,
+    and the tree that recomputes each state from ``a[0]`` holds nothing else, so
+    without gradients the least over every tree is the widest pair.  Otherwise
+    it is the first point of the front without a limit, found under doubling
+    limits so that no front holds points much above it.  ``grads`` is passed
     on to :func:`multi_front`.
     """
     w = [int(v) for v in w]
     widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
-    limit = 2 * widest                                   # every tree forwards through the widest pair
+    if search is multi_front and not grads:
+        return widest
+    limit = 2 * widest
     while True:
-        front = search(flops, w, limit, **grads)
+        front = search(flops, w, limit, grads) if grads else search(flops, w, limit)
         if front.peaks:
             return front.peaks[0]
         limit *= 2

@@ -7,20 +7,17 @@ checkpoints and recompute each segment between them at most once.
 """
 import math
 import re
-from fractions import Fraction
 
 import numpy as np
 
 from fastckpt.core.layout import grad_bytes, param_layout
 from fastckpt.core.resources import shown_bytes
 
+from .bounded import least_flops
 from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
 from .search import least_peak, multi_front, once_front, revolve_tree
-from .trees import keep_all, spine
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_TOO_MANY = 2**63                             # bytes no plan could count past
+from .trees import keep_all, spine, tree_cost
+from .units import format_bytes, parse_bytes
 
 
 class Strategy:
@@ -35,7 +32,14 @@ class Strategy:
         step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads,
         the optimizer's state (``optimizer_slots`` buffers the size of the parameters) and
         ``extra_bytes`` the step holds besides (a tensor shard's sums)."""
-        return self.tree(sizes, batch_size, itemsize)
+        return self.step_search(sizes, batch_size, itemsize, optimizer_in_backward, blas_threads, optimizer_slots,
+                                extra_bytes)[0]
+
+    def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
+                    optimizer_slots=0, extra_bytes=0):
+        """``(tree, least)``: :meth:`step_tree`'s tree and, for a strategy that searches, the forward FLOPs
+        no tree it searched could do with less (equal to the tree's own when it is optimal); None otherwise."""
+        return self.tree(sizes, batch_size, itemsize), None
 
     def check(self, sizes):
         """Refuse a net this strategy cannot apply to, whatever the batch size (cheap: no search)."""
@@ -121,9 +125,14 @@ class Revolve(Strategy):
         self.slots = _positive(slots, "revolve(slots)", "slots")
 
     def tree(self, sizes, batch_size, itemsize):
+        return self.step_search(sizes, batch_size, itemsize)[0]
+
+    def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
+                    optimizer_slots=0, extra_bytes=0):
         n_layers = len(sizes) - 1
-        w = state_bytes(sizes, batch_size, itemsize)
-        return revolve_tree(forward_flops(sizes, batch_size), w, min(self.slots, n_layers))
+        flops = forward_flops(sizes, batch_size)
+        tree = revolve_tree(flops, state_bytes(sizes, batch_size, itemsize), min(self.slots, n_layers))
+        return tree, tree_cost(tree, n_layers, flops)[0]               # the search is exact
 
     def __str__(self):
         return f"revolve({self.slots})"
@@ -145,18 +154,25 @@ class Budget(Strategy):
         self.recompute = recompute
 
     def tree(self, sizes, batch_size, itemsize):
+        return self.step_search(sizes, batch_size, itemsize)[0]
+
+    def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
+                    optimizer_slots=0, extra_bytes=0):
         fixed = delta_elems(sizes, batch_size) * itemsize
         w = state_bytes(sizes, batch_size, itemsize)
         flops = forward_flops(sizes, batch_size)
-        search = once_front if self.recompute == "once" else multi_front
-        front = search(flops, w, self.nbytes - fixed)
-        if not front.peaks:
-            least = fixed + least_peak(search, flops, w)
+        if self.recompute == "once":
+            front = once_front(flops, w, self.nbytes - fixed)
+            found = (front.tree(len(front.peaks) - 1), front.costs[-1]) if front.peaks else None
+        else:
+            found = searched(least_flops, flops, w, self.nbytes - fixed)
+        if found is None:
+            least = fixed + least_peak(once_front if self.recompute == "once" else multi_front, flops, w)
             raise InfeasiblePlan(
                 f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at "
                 f"least {least} bytes ({shown_bytes(least)}) of activation memory, of which {fixed} "
                 f"are the two delta buffers; got {self.nbytes}", least)
-        return front.tree(len(front.peaks) - 1)
+        return found
 
     def __str__(self):
         spelled = format_bytes(self.nbytes)
@@ -181,10 +197,10 @@ class Fit(Strategy):
         self.nbytes = parse_bytes(nbytes, "fit(bytes)")
 
     def tree(self, sizes, batch_size, itemsize):
-        return self.step_tree(sizes, batch_size, itemsize)
+        return self.step_search(sizes, batch_size, itemsize)[0]
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0,
-                  extra_bytes=0):
+    def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
+                    optimizer_slots=0, extra_bytes=0):
         fixed = (extra_bytes + (1 + optimizer_slots) * param_layout(sizes, itemsize)[1] * itemsize
                  + (gradient_bytes(sizes, itemsize, True, optimizer_slots) if optimizer_in_backward else 0)
                  + delta_elems(sizes, batch_size) * itemsize + scratch_bytes(sizes)
@@ -193,10 +209,10 @@ class Fit(Strategy):
         grads = None if optimizer_in_backward else grad_bytes(sizes, itemsize)
         flops = forward_flops(sizes, batch_size)
         room = self.nbytes - fixed
-        front = multi_front(flops, w, room, grads) if room > 0 else None
-        if front is not None and front.peaks:                     # peaks: the arena with the gradients
-            return front.tree(len(front.peaks) - 1)
-        least = fixed + least_peak(multi_front, flops, w, grads=grads)
+        found = searched(least_flops, flops, w, room, grads) if room > 0 else None
+        if found is not None:                                  # peaks: the arena with the gradients
+            return found
+        least = fixed + least_peak(multi_front, flops, w, grads)
         raise InfeasiblePlan(
             f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
             f"{least} bytes ({shown_bytes(least)}) for a training step, of which {fixed} "
@@ -217,6 +233,12 @@ class InfeasiblePlan(ValueError):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def searched(search, *args):
+    """``(tree, least)`` of ``search(*args)`` (a :class:`~fastckpt.planner.bounded.Found` or None), or None."""
+    found = search(*args)
+    return None if found is None else (found.tree, found.lower)
+
+
 def _positive(value, where, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{where}: {name} must be an integer >= 1, got {value!r}")
@@ -231,35 +253,6 @@ def balanced_checkpoints(n_layers, k):
         starts.append(pos)
         pos += base + (1 if seg < extra else 0)
     return starts
-
-
-def parse_bytes(value, where):
-    """Bytes from an int or a string like ``"24MiB"``, ``"1.5 GB"``, ``"4096"``."""
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value, flags=re.ASCII)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{where}: cannot read {value!r} as bytes (e.g. 24MiB, 1.5GB, 4096)")
-        if len(m.group(1)) > 40:                      # more digits than any count of bytes (and than int() takes)
-            raise ValueError(f"{where}: a number of {len(m.group(1))} digits is too many bytes to count")
-        exact = Fraction(m.group(1)) * _UNITS[m.group(2).lower()]        # no float rounding
-        if exact >= _TOO_MANY:
-            shown = m.group(0).strip()
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise ValueError(f"{where}: {shown!r} is too many bytes to count")
-        if exact.denominator != 1:
-            raise ValueError(f"{where}: {m.group(0).strip()!r} is not a whole number of bytes")
-        value = int(exact)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{where}: bytes must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def format_bytes(n):
-    """``25165824`` -> ``"24MiB"`` when exact, else the plain integer."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        if n % _UNITS[unit.lower()] == 0:
-            return f"{n // _UNITS[unit.lower()]}{unit}"
-    return str(n)
 
 
 _CALL = re.compile(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*")

@@ -141,3 +141,23 @@ def tree_cost(tree, n_layers, flops):
             stack.append((right, i, d + 1))
             stack.append((left, s, d))
     return cost, depth
+
+
+def points_tree(points, root):
+    """The tree of point ``root`` of a search's points (peak, cost, split, right, left; split -1 at a leaf),
+    built without recursion."""
+    split, right, left = points[2], points[3], points[4]
+    built, stack = {}, [root]
+    while stack:
+        g = stack[-1]
+        if split[g] < 0:
+            built[g] = None
+            stack.pop()
+            continue
+        missing = [k for k in (int(right[g]), int(left[g])) if k not in built]
+        if missing:
+            stack.extend(missing)
+            continue
+        built[g] = (int(split[g]), built[int(right[g])], built[int(left[g])])
+        stack.pop()
+    return built[root]
