@@ -23,6 +23,7 @@ its trees.  No ``fastmath``: FLOP sums are exact integers in float64.
 import numpy as np
 
 from ._jit import kernel
+from .schedules import grow
 
 NO_ROOM = -1             # the points outgrew their allowance
 OUT_OF_STEPS = -2        # the inner steps did
@@ -74,16 +75,6 @@ def envelope(slopes, offsets, keep):
         keep[m] = k
         m += 1
     return m
-
-
-@kernel
-def grown(a, size):
-    """``a`` if it holds ``size`` entries, else a copy with room for twice as many."""
-    if size <= a.shape[0]:
-        return a
-    out = np.empty((2 * size,) + a.shape[1:], dtype=a.dtype)
-    out[:a.shape[0]] = a
-    return out
 
 
 @kernel
@@ -160,7 +151,7 @@ def split_points(peak, cost, i, region, base, wi, right, left, pcap, ccap, lines
 def grown_points(points, size):
     """The five arrays of ``points``, each with room for ``size`` entries."""
     p, c, s, r, left = points
-    return grown(p, size), grown(c, size), grown(s, size), grown(r, size), grown(left, size)
+    return grow(p, size), grow(c, size), grow(s, size), grow(r, size), grow(left, size)
 
 
 @kernel
@@ -400,7 +391,7 @@ def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, 
         nf, work, steps = node_front(s, n, min(ends[s], L), layout, prefix, w, after, cap - w[s],
                                      (np.inf, budget - prefix[s]), lines, store, work, steps)
         if 0 < beam < nf:
-            keys = beam_keys(work[0], nf, lines, grown(keys, nf))
+            keys = beam_keys(work[0], nf, lines, grow(keys, nf))
             nf = keep_best(work[0], nf, keys, beam)
         root_bounds(work[0], nf, node_caps, spine, prefix, s, rooted)
         start[offsets[n] + s] = size
