@@ -28,6 +28,7 @@ import sys
 import time
 
 import numpy as np
+from fastckpt.kernels import region_table_of
 from numba import njit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,14 +65,7 @@ def rotor(flops, w, limit, slots):
     input, is not in the workspace)."""
     q = limit / slots
     w_slots = np.array([int(np.ceil(v / q)) for v in w], dtype=np.int64)
-    n = len(w)
-    regions = np.zeros((n, n), dtype=np.int64)
-    for s in range(n - 1):
-        region = w_slots[s + 1]
-        regions[s, s + 1] = region
-        for i in range(s + 2, n):
-            region = max(region, w_slots[i - 1] + w_slots[i])
-            regions[s, i] = region
+    regions = region_table_of(w_slots)                     # the planner's own table, in slots
     prefix = np.concatenate([[0.0], np.cumsum(flops)])
     return slotted_dp(prefix, w_slots, regions, slots)
 
