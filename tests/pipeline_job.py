@@ -18,9 +18,8 @@ from fastckpt.report.measure import memray_peak
 
 
 def run(case, x, y, gather=True):
-    kw = {k: case[k] for k in ("schedule", "strategy", "loss", "l2", "partition", "transport", "dtype",
-                                               "activation", "init", "optimizer", "data_parallel",
-                                               "tensor_parallel")
+    kw = {k: case[k] for k in ("schedule", "strategy", "loss", "l2", "partition", "transport", "dtype", "activation",
+                               "init", "optimizer", "data_parallel", "optimizer_in_backward", "tensor_parallel")
           if k in case}
     batch, micro = case.get("batch", 20), case.get("micro", 2)
     np.random.seed(0)

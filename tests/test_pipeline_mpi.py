@@ -50,7 +50,13 @@ CASES = {
              l2=[0.1, 0, 0, 0.2, 0, 0, 0.3], optimizer="adam", eta=0.01),
         # regression: a linear output and the squared error, a linear hidden layer among them
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="sqrt", loss="squared_error", init="xavier",
-             activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], l2=0.01, eta=0.05)],
+             activation=["tanh", "identity", "relu", "tanh", "relu", "tanh"], l2=0.01, eta=0.05),
+        # the optimizer in backward: each stage's layers step as their gradients are final
+        dict(sizes=DEEP, micro=1, batch=24, strategy="sqrt", optimizer_in_backward=True),
+        dict(sizes=DEEP, schedule="1f1b", micro=1, batch=23, strategy="revolve(1)", optimizer="adam", eta=0.01,
+             loss="cross_entropy", l2=0.01, partition=[4, 3], optimizer_in_backward=True),
+        dict(sizes=DEEP, schedule="gpipe", micro=1, strategy="plain", optimizer="momentum", eta=0.1,
+             optimizer_in_backward=True)],
     4: [dict(sizes=DEEP, schedule="gpipe", micro=5, batch=23, strategy="every_nth(2)", partition=[2, 2, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=8, batch=24, strategy="plain", partition=[1, 3, 2, 1]),
         dict(sizes=DEEP, schedule="1f1b", micro=3, strategy="revolve(1)", loss="cross_entropy", l2=0.01),
@@ -63,7 +69,9 @@ CASES = {
         dict(sizes=DEEP, schedule="zb1", micro=8, batch=24, strategy="revolve(1)", partition=[1, 3, 2, 1],
              loss="cross_entropy", l2=0.01),
         dict(sizes=DEEP, schedule="zb1", micro=3, batch=26, strategy="every_nth(2)", data_parallel=2,
-             optimizer="adam", eta=0.01)],
+             optimizer="adam", eta=0.01),
+        dict(sizes=DEEP, micro=1, batch=24, strategy="plain", partition=[2, 2, 2, 1], l2=0.01, optimizer="adam",
+             eta=0.01, optimizer_in_backward=True)],
 }
 
 
@@ -131,6 +139,7 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
                  ("gpipe", "every_nth(2)", "float16", "sgd"), ("1f1b", "sqrt", "native", "adam"),
                  ("zb1", "plain", "native", "sgd"), ("zb1", "sqrt", "bfloat16", "adam")]]
     cases.append(dict(cases[-1], x_dtype="float32", out=str(tmp_path / "float32-x.json")))   # x copied: counted
+    cases.append(dict(cases[5], micro=1, optimizer_in_backward=True, out=str(tmp_path / "fused.json")))
     bound = 11_500_000                                # fit with x converted: the partition and plans leave room
     cases.append(dict(cases[0], strategy=f"fit({bound})", x_dtype="float32", out=str(tmp_path / "fit-x.json")))
     _job(2, cases, timeout=400)
@@ -139,6 +148,7 @@ def test_each_ranks_memray_peak_is_its_plan(tmp_path):
             total = predicted["total"]
             assert (predicted["optimizer_state"] == 2 * predicted["parameters"]) == (case["optimizer"] == "adam")
             assert (predicted["deferred_weights"] > 0) == (case["schedule"] == "zb1")
+            assert (predicted["gradients"] == 0) == case.get("optimizer_in_backward", False)
             converted = case.get("x_dtype") is not None and rank == 0         # MNIST's float64 rows go as they are
             assert predicted["staging"] == (256 * 784 * 8 if converted else 0)
             if case["strategy"].startswith("fit"):
@@ -272,9 +282,12 @@ def test_ranks_started_with_different_settings_all_refuse(tmp_path):
 
 
 @needs_mpi
-def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on():
+@pytest.mark.parametrize("ranks, micro, fused", [(2, 2, False), (3, 1, True)], ids=["micro2", "fused3"])
+def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on(ranks, micro, fused):
+    """With the optimizer in backward too (NOTE [ The optimizer in backward across stages ]): no stage steps."""
     code = ("import numpy as np; from fastckpt.parallel import PipelineTrainer\n"
-            "np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], 2, schedule='1f1b', strategy='sqrt')\n"
+            f"np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], {micro}, schedule='1f1b', strategy='sqrt', "
+            f"optimizer='adam', optimizer_in_backward={fused})\n"
             "x = np.random.rand(8, 20); y = np.full((8, 3), 1e300)\n"
             "before = t.gather()\n"
             "try:\n"
@@ -284,12 +297,26 @@ def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on():
             "after = t.gather()\n"
             "assert all((a == b).all() for a, b in zip(before[0] + before[1], after[0] + after[1]))\n"
             "t.update_mini_batch(x, np.zeros((8, 3)), 0.5)\n"
-            "print('trained', t.places.stage)\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+            "print('trained', t.places.stage, 'steps', t.optimizer_state.steps)\n")
+    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    out = proc.stdout                                    # two ranks' lines may interleave
-    assert out.count("the loss is inf or a gradient is NaN or inf") == 2 and out.count("trained") == 2, out
+    out = proc.stdout                                    # the ranks' lines may interleave
+    assert out.count("the loss is inf or a gradient is NaN or inf") == ranks, out
+    assert out.count("steps 1") == ranks, out           # Adam counted the one step taken, as one process does
+
+
+@needs_mpi
+def test_a_non_finite_update_in_backward_ends_the_job_naming_the_layer():
+    """The layers after it have stepped, as in one process, so the ranks cannot go on alike."""
+    code = ("import numpy as np; from fastckpt.parallel import PipelineTrainer\n"
+            "np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], 1, strategy='sqrt', optimizer_in_backward=True)\n"
+            "t.update_mini_batch(np.random.rand(8, 20), np.full((8, 3), -1e10), 1e300)\n"
+            "print('went on')\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "went on" not in proc.stdout, proc.stdout
+    assert "layer 3's update would be NaN or inf with the optimizer in backward" in proc.stderr, proc.stderr
 
 
 @needs_mpi
@@ -341,3 +368,19 @@ def test_a_diverging_pipeline_stops_as_one_process_does_not_as_bad_input(transpo
                           text=True, timeout=120)
     assert proc.returncode == 1 and "training stopped at epoch 1/1, update 2/" in proc.stderr, proc.stderr
     assert "refuses non-finite" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@needs_mpi
+def test_the_optimizer_in_backward_is_refused_where_gradients_are_summed_first():
+    """Several micro-batches, replicas or zb1's put-off weight gradients: refused on every rank, naming why."""
+    code = ("from fastckpt.parallel import PipelineTrainer\n"
+            "for kw in (dict(micro_batches=2), dict(micro_batches=1, schedule='zb1')):\n"
+            "    try:\n"
+            "        PipelineTrainer([20, 8, 7, 3], optimizer_in_backward=True, **kw)\n"
+            "    except ValueError as exc:\n"
+            "        print('refused:', exc)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("micro_batches=2 gradients are summed over replicas or micro-batches first") == 2
+    assert proc.stdout.count("schedule 'zb1' puts the weight gradients off; give '1f1b' or 'gpipe'") == 2

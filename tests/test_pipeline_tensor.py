@@ -45,6 +45,20 @@ def test_tensor_parallel_stages_equal_one_process(data, tmp_path):
 
 
 @needs_mpi
+def test_tensor_parallel_stages_step_in_backward_as_one_process(tmp_path):
+    """The optimizer in backward (one micro-batch) in every split stage, with recomputation inside: SGD, momentum
+    and Adam, L2 and a byte bound."""
+    cases = [dict(sizes=DEEP, micro=1, batch=23, strategy="budget(24KiB)", optimizer="adam", eta=0.01, l2=0.01,
+                  loss="cross_entropy"),
+             dict(sizes=DEEP, schedule="1f1b", micro=1, batch=24, strategy="revolve(1)", partition=[4, 3]),
+             dict(sizes=[784, 40, 30, 10], micro=1, batch=20, strategy="sqrt", optimizer="momentum", eta=0.1)]
+    cases = [dict(case, tensor_parallel=2, optimizer_in_backward=True, out=str(tmp_path / f"{k}.npz"))
+             for k, case in enumerate(cases)]
+    _job(4, cases)
+    assert_equal_one_process(cases)
+
+
+@needs_mpi
 def test_tensor_parallel_zb1_trains_bit_for_bit_as_1f1b(tmp_path):
     base = dict(sizes=DEEP, micro=4, batch=24, strategy="sqrt", loss="cross_entropy", l2=0.01, optimizer="adam",
                 eta=0.01, tensor_parallel=2)

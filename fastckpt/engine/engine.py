@@ -223,8 +223,7 @@ class Engine:
                 return loss
             with whole():                                    # NOTE [ A whole step ]
                 try:
-                    loss = self._step(params, x, y, names, "momentum" if state.optimizer.name == "momentum"
-                                      else "adam", None, eta=eta, state=state)
+                    loss = self._step(params, x, y, names, _fused_mode(state), None, eta=eta, state=state)
                 except FloatingPointError as exc:
                     if getattr(exc, "layers_updated", False):
                         state.steps += 1                     # the layers above took this step
@@ -240,17 +239,26 @@ class Engine:
             self._pass(params, x, self._no_y, (0, self.workspace.forward_end), "gradients")
         return None if not self.workspace.given_delta else self.workspace.output(x.shape[0])
 
-    def backward(self, params, x, y, *, out, add, scale, l2=True, slot=None):
+    def backward(self, params, x, y, *, out, add, scale, l2=True, slot=None, eta=None, state=None):
         """The rest of the micro-batch ``x``'s step after :meth:`forward` (its recomputation too): the gradients,
         times ``scale``, copied into ``out`` (with the L2 terms when ``l2``) or added to it (``add``).  With a
         stash ``slot`` (``zb1``'s B) only the deltas, each layer's input and delta stashed for
-        :meth:`weights`.  ``y`` is None but on the last stage.  Returns ``(status, loss)``: the kernel's
-        status (BAD_LOSS: the loss was not finite, no backward op ran) and the mean loss of the last stage."""
+        :meth:`weights`.  With a plan for the optimizer in backward, each layer steps at ``eta`` (``state``'s
+        optimizer, SGD if None) as its gradient is final instead, and ``out`` is unused.  ``y`` is None but
+        on the last stage.  Returns ``(status, loss)``: the kernel's status (BAD_LOSS: the loss was not
+        finite, no backward op ran; BAD_UPDATE + layer) and the mean loss of the last stage."""
         y = self._no_y if y is None else y
         span = (self.workspace.forward_end, len(self.workspace.table))
         with self._running():
             if slot is not None:
                 return self._pass(params, x, y, span, "stash", slot=slot)
+            if self.plan.optimizer_in_backward:
+                state = None if state is None or state.optimizer.slots == 0 else state
+                status, loss = self._pass(params, x, y, span, "sgd" if state is None else _fused_mode(state),
+                                          eta=check_eta(eta), state=state, scale=scale, l2=l2)
+                if state is not None and status == OK:
+                    state.steps += 1
+                return status, loss
             return self._pass(params, x, y, span, "gradients", grads=self.workspace.gradients(), acc=out,
                               acc_mode=2 if add else 1, scale=scale, l2=l2)
 
@@ -375,3 +383,8 @@ class Engine:
                                      f"backward, {above}")
         exc.layers_updated = layer < top or state is None
         return exc
+
+
+def _fused_mode(state):
+    """The run kernels' mode of ``state``'s optimizer applied in the backward pass."""
+    return "momentum" if state.optimizer.name == "momentum" else "adam"

@@ -124,7 +124,7 @@ class Trainer:
             errors.shared = ()
             self._hold()
         self.sums = ShardSums(places.tensor, self.MPI) if grid.tensor > 1 else None
-        self._acc = self.params.new_buffer()
+        self._acc = None if self.fused else self.params.new_buffer()     # each layer steps in its backward
         self._buckets = None if self.bucket_bytes is None else Buckets(
             places.data, self.MPI, self.sizes, self.dtype.itemsize, self.bucket_bytes, self._acc,
             self.params.new_buffer())
@@ -149,7 +149,7 @@ class Trainer:
             self.init, self.optimizer = check_init(given["init"]), parse_optimizer(given["optimizer"])
             self.batch_size = None if given["batch_size"] is None else \
                 check_positive_int(given["batch_size"], "batch_size")
-            self.fused = _check_fused(given["optimizer_in_backward"], grid, self.micro_batches)
+            self.fused = _check_fused(given["optimizer_in_backward"], grid, self.micro_batches, self.schedule)
             self.bucket_bytes = _check_buckets(given["bucket_bytes"], grid)
             if grid.pipeline > len(self.sizes) - 1:
                 raise ValueError(f"{grid!r}: {grid.pipeline} stages need at least {grid.pipeline} layers, the net "
@@ -267,7 +267,7 @@ class Trainer:
                       l2=self.l2[self.lo:self.hi], acts=self.stage_acts, slots=storage_slots(order),
                       deferred=pending_weights(order), shard=shard)
         self._runner = StageRunner(stage, rows, order, self.places.pipe, self.places.stage, self.grid.pipeline,
-                                   self.transport, (self.stage_sizes[0], self.stage_sizes[-1]))
+                                   self.transport, (self.stage_sizes[0], self.stage_sizes[-1]), self.lo)
         self._runner.staged, self._runner.batch = staged, batch
         return self._runner
 
@@ -292,11 +292,12 @@ class Trainer:
             eta, count = self._agree_update(xs, eta, count)
             errors.shared = ()
             with self.params.lock:
-                if self.fused:
+                if self.fused and self.grid.pipeline == 1:
                     return self._fused_step(xs[0], ys[0], eta, errors)
-                bad, loss, penalty, refused = self._gradients(xs, ys)
-                total = self._sum_replicas(bool(xs) and refused is None and not bad)
-                status = np.array([float(bad or not all_finite(total)), loss, penalty, float(refused is not None)])
+                bad, loss, penalty, refused = self._gradients(xs, ys, eta if self.fused else None)
+                total = None if self.fused else self._sum_replicas(bool(xs) and refused is None and not bad)
+                bad = bad or total is not None and not all_finite(total)
+                status = np.array([float(bad), loss, penalty, float(refused is not None)])
                 self.comm.Allreduce(self.MPI.IN_PLACE, status, op=self.MPI.SUM)
                 errors.shared = (ValueError, TypeError, FloatingPointError)
                 self._raise_refused(status[3], refused)
@@ -306,7 +307,8 @@ class Trainer:
                                              "left unchanged on every rank")
                 # a whole net on every rank: the same sum and weights everywhere, refused on all or none
                 errors.shared = FloatingPointError if self.grid.pipeline == self.grid.tensor == 1 else ()
-                self._apply(total, eta, count)
+                if not self.fused:
+                    self._apply(total, eta, count)
                 self.stats["updates"] += 1
         return self.last_loss
 
@@ -337,12 +339,15 @@ class Trainer:
                 raise ValueError(f"{name} holds NaN or inf")
         return xb, yb, self._runner_for(xb.shape[0])     # a bound its plan cannot keep: refused here
 
-    def _gradients(self, xs, ys):
+    def _gradients(self, xs, ys, eta=None):
         """This replica's mini-batches through its stages, the sum of their mean gradients in the gradient
-        buffer: ``(bad, loss, penalty, refused)``, the loss summed over them on the output's rank, the L2
-        penalty of this rank's part once for each (the stages' own passes leave it out), and the error of a
+        buffer (or, with the optimizer in backward, one mini-batch's step at ``eta``): ``(bad, loss, penalty,
+        refused)``, the loss summed over them on the output's rank, the L2 penalty of this rank's part (of the
+        weights before the step) once for each (the stages' own passes leave it out), and the error of a
         mini-batch refused (the others are not run then)."""
-        bad, loss = False, 0.0
+        bad, loss, penalty = False, 0.0, 0.0
+        if self.grid.pipeline > 1 or self.micro_batches > 1:
+            penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
         for k, (x, y) in enumerate(zip(xs, ys)):
             try:
                 xb, yb, runner = self._minibatch(x, y)
@@ -357,11 +362,9 @@ class Trainer:
                 failed, part = self._whole_step(runner.stage, xb, yb, k, last=k == len(xs) - 1)
             else:
                 edges = [xb.shape[0] * j // self.micro_batches for j in range(self.micro_batches + 1)]
-                failed, part = runner.run(self.params, self._acc, xb, yb, edges, self.stats, add=k > 0)
+                failed, part = runner.run(self.params, self._acc, xb, yb, edges, self.stats, add=k > 0,
+                                          step=None if eta is None else (eta, self.optimizer_state))
             bad, loss = bad or failed, loss + (part if self.last and self.places.shard == 0 else 0.0)
-        penalty = 0.0
-        if self.grid.pipeline > 1 or self.micro_batches > 1:
-            penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
         return bad, loss, penalty, None
 
     def _same_on_shards(self, given):
@@ -662,14 +665,17 @@ def _from_net(net, grid, given):
             "optimizer_in_backward": net.optimizer_in_backward and grid.data == 1}
 
 
-def _check_fused(fused, grid, micro):
-    """``optimizer_in_backward`` checked: one replica, one stage, one micro-batch."""
+def _check_fused(fused, grid, micro, schedule):
+    """``optimizer_in_backward`` checked: one replica, one micro-batch (each stage steps in its backward)."""
     if not isinstance(fused, (bool, np.bool_)):
         raise TypeError(f"optimizer_in_backward must be True or False, got {fused!r}")
-    if fused and (grid.data > 1 or grid.pipeline > 1 or micro > 1):
+    if fused and schedule == "zb1" and grid.pipeline > 1:
+        raise ValueError("optimizer_in_backward steps each layer as its gradient is final, but schedule 'zb1' puts "
+                         "the weight gradients off; give '1f1b' or 'gpipe' (the same with one micro-batch)")
+    if fused and (grid.data > 1 or micro > 1):
         raise ValueError(f"optimizer_in_backward steps each layer as its gradient is final, but with {grid!r} and "
                          f"micro_batches={micro} gradients are summed over replicas or micro-batches first; leave it "
-                         "out, or train on one replica and one stage")
+                         "out, or train on one replica with one micro-batch")
     return bool(fused)
 
 

@@ -36,14 +36,19 @@ class Link:
         self.requests[i] = self.comm.Isend(msg, dest=self.peer, tag=tag)
         self.sent += msg.nbytes
 
+    def stop(self, tag):
+        """Send the empty message ``tag``: no delta, the step stopped (NOTE [ The optimizer in backward across
+        stages ])."""
+        self.requests.append(self.comm.Isend(self.pool[0][:0], dest=self.peer, tag=tag))
+
     def recv(self, out, tag):
-        """Receive the message ``tag`` into ``out`` (rows, width), decoding it."""
-        if self.native:
-            self.comm.Recv(out, source=self.peer, tag=tag)
-            return
+        """Receive the message ``tag`` into ``out`` (rows, width), decoding it; False if it was empty."""
         status = self.MPI.Status()
-        self.comm.Recv(self.inbox, source=self.peer, tag=tag, status=status)
-        self.codec.decode(self.inbox[:status.Get_count(self.MPI.BYTE)], out)
+        self.comm.Recv(out if self.native else self.inbox, source=self.peer, tag=tag, status=status)
+        count = status.Get_count(self.MPI.BYTE)
+        if count and not self.native:
+            self.codec.decode(self.inbox[:count], out)
+        return count > 0
 
     def wait(self):
         """Wait until every send has left its buffer."""

@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from fastckpt.kernels import BAD_LOSS, all_finite
+from fastckpt.kernels import BAD_LOSS, BAD_UPDATE, OK, all_finite
 
 from .links import Link
 from .schedules import in_flight
@@ -13,10 +13,10 @@ class StageRunner:
     """A :class:`~.stage.Stage`, its links and stage-input buffers, for micro-batches of up to ``rows`` rows in the
     schedule ``order`` on stage ``index`` of ``stages`` of a replica's ``pipe``
     (:class:`~fastckpt.parallel.mpi.Group`, None for one stage); ``widths``: the stage's whole input and
-    output widths; ``transport``: how messages between stages are encoded."""
+    output widths; ``transport``: how messages between stages are encoded; ``lo``: its first layer's number."""
 
-    def __init__(self, stage, rows, order, pipe, index, stages, transport, widths):
-        self.stage, self.rows, self.order = stage, rows, order
+    def __init__(self, stage, rows, order, pipe, index, stages, transport, widths, lo=0):
+        self.stage, self.rows, self.order, self.lo = stage, rows, order, lo
         self.first, self.last = index == 0, index == stages - 1
         self.split = any(op == "W" for op, _ in order)          # zb1: B computes the deltas, W the gradients
         dtype = stage.plan.dtype
@@ -28,11 +28,12 @@ class StageRunner:
         self.reported = (stage.copied_bytes, stage.sent_bytes)   # already in the trainer's stats (a shard's sums
                                                                  # outlive a runner made anew)
 
-    def run(self, params, acc, xb, yb, edges, stats, add=False):
+    def run(self, params, acc, xb, yb, edges, stats, add=False, step=None):
         """Every pass of ``order`` for the micro-batches ``xb[edges[k]:edges[k+1]]``; the gradients' sum, the
-        mini-batch's mean gradient, goes to ``acc``, or is added to what it holds with ``add``.  Returns (a
-        loss was not finite, the mini-batch's mean loss on the last stage) and adds this mini-batch's time,
-        busy time and bytes to ``stats``."""
+        mini-batch's mean gradient, goes to ``acc``, or is added to what it holds with ``add``; with ``step``,
+        ``(eta, optimizer state)`` of a plan for the optimizer in backward, each layer steps instead (NOTE [ The
+        optimizer in backward across stages ]).  Returns (a loss was not finite, the mini-batch's mean loss on
+        the last stage) and adds this mini-batch's time, busy time and bytes to ``stats``."""
         start = time.perf_counter()
         self.busy, bad, loss_sum, backwards, weights = 0.0, False, 0.0, 0, 0
         self.nonfinite = False               # a message that would carry NaN or inf: sent as zeros, update refused
@@ -50,7 +51,7 @@ class StageRunner:
                 continue
             x = inputs.pop(k)
             status, loss = self._backward(params, acc, x, yb, k, lo, hi, batch, add=add or backwards > 0,
-                                          l2=backwards == 0)
+                                          l2=backwards == 0, step=step)
             backwards += 1
             bad = bad or status == BAD_LOSS
             loss_sum += loss * (hi - lo) / batch if self.last else 0.0
@@ -89,18 +90,41 @@ class StageRunner:
             self.down.send(self._finite(out), 2 * k)
         return x
 
-    def _backward(self, params, acc, x, yb, k, lo, hi, batch, add, l2):
-        """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss)."""
+    def _backward(self, params, acc, x, yb, k, lo, hi, batch, add, l2, step=None):
+        """Micro-batch ``k``'s backward pass, its input's delta sent back; returns (status, loss).
+
+        NOTE [ The optimizer in backward across stages ]
+        With one micro-batch and one replica each stage's layers step as their
+        gradients are final, as one process's do, from the last stage back.  A
+        loss that is not finite stops the step before any layer steps: the last
+        stage sends an empty message instead of its input's delta, and each stage
+        that receives one skips its backward pass and sends one on, so every
+        rank reports the loss with the weights unchanged.  An update that would
+        make a layer NaN or inf (or an input delta that is) ends the job, as a
+        shard's own refused update does (NOTE [ Errors on every rank ]): the
+        layers after it have already stepped."""
         stage = self.stage
-        if not self.last:
-            self.down.recv(stage.output_delta(hi - lo), 2 * k + 1)
+        if not self.last and not self.down.recv(stage.output_delta(hi - lo), 2 * k + 1):
+            stage.skip(k)
+            if not self.first:
+                self.up.stop(2 * k + 1)
+            return BAD_LOSS, 0.0
         t0 = time.perf_counter()
         y = yb[lo:hi] if self.last else None
         if self.split:
             status, loss = stage.backward_input(params, x, y, k)
         else:
-            status, loss = stage.backward(params, x, y, k, acc, 1.0 / batch, add=add, l2=l2)
+            status, loss = stage.backward(params, x, y, k, acc, 1.0 / batch, add=add, l2=l2, step=step)
         self.busy += time.perf_counter() - t0
+        if step is not None:
+            if status >= BAD_UPDATE or not (self.first or status != OK or all_finite(stage.input_delta(hi - lo))):
+                what = f"layer {self.lo + status - BAD_UPDATE}'s update" if status >= BAD_UPDATE else \
+                    f"the delta of layer {self.lo}'s input"
+                raise FloatingPointError(f"{what} would be NaN or inf with the optimizer in backward; the layers "
+                                         "after it (if any) have stepped")
+            if status != OK and not self.first:
+                self.up.stop(2 * k + 1)
+                return status, loss
         if not self.first:
             if status == BAD_LOSS:
                 stage.input_delta(hi - lo)[...] = 0.0      # the others' gradients are thrown away

@@ -115,15 +115,24 @@ class Stage:
         """The delta of the whole stage input after :meth:`backward` (not on the first stage)."""
         return self.engine.input_delta(rows) if self._whole_delta is None else self._whole_delta[:rows]
 
-    def backward(self, params, x, y, k, acc, scale, *, add, l2):
+    def backward(self, params, x, y, k, acc, scale, *, add, l2, step=None):
         """Micro-batch ``k``'s backward pass (with the plan's recomputation): its gradients,
-        ``scale``-weighted (with the L2 terms when ``l2``), are copied into ``acc``, or added with ``add``.
-        Returns (status, loss): the kernel's status and, on the last stage, the mean loss."""
+        ``scale``-weighted (with the L2 terms when ``l2``), are copied into ``acc``, or added with ``add``
+        (with ``step``, ``(eta, optimizer state)``, each layer steps instead, :meth:`Engine.backward
+        <fastckpt.engine.engine.Engine.backward>`).  Returns (status, loss): the kernel's status and, on the
+        last stage, the mean loss."""
         self._own(k)
-        status, loss = self.engine.backward(params, self.columns(x), y, out=acc, add=add, scale=scale, l2=l2)
+        eta, state = step or (None, None)
+        status, loss = self.engine.backward(params, self.columns(x), y, out=acc, add=add, scale=scale, l2=l2,
+                                            eta=eta, state=state)
         self._owner = None
         self._gather(x.shape[0], status)
         return status, loss
+
+    def skip(self, k):
+        """Micro-batch ``k``'s backward pass is not run: its live set is not kept."""
+        self._stored.pop(k, None)
+        self._owner = None if self._owner == k else self._owner
 
     def backward_input(self, params, x, y, k):
         """The input half of micro-batch ``k``'s backward pass (``zb1``'s B): the deltas, with the plan's
