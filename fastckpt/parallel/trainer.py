@@ -292,8 +292,6 @@ class Trainer:
             eta, count = self._agree_update(xs, eta, count)
             errors.shared = ()
             with self.params.lock:
-                if self.fused and self.grid.pipeline == 1:
-                    return self._fused_step(xs[0], ys[0], eta, errors)
                 bad, loss, penalty, refused = self._gradients(xs, ys, eta if self.fused else None)
                 total = None if self.fused else self._sum_replicas(bool(xs) and refused is None and not bad)
                 bad = bad or total is not None and not all_finite(total)
@@ -346,7 +344,7 @@ class Trainer:
         weights before the step) once for each (the stages' own passes leave it out), and the error of a
         mini-batch refused (the others are not run then)."""
         bad, loss, penalty = False, 0.0, 0.0
-        if self.grid.pipeline > 1 or self.micro_batches > 1:
+        if self.grid.pipeline > 1 or self.micro_batches > 1 or self.fused:
             penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
         for k, (x, y) in enumerate(zip(xs, ys)):
             try:
@@ -358,7 +356,7 @@ class Trainer:
             refused = refused or differs
             if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
                 return False, 0.0, 0.0, refused or ValueError("refused on another rank")
-            if self.grid.pipeline == 1 and self.micro_batches == 1:
+            if self.grid.pipeline == 1 and self.micro_batches == 1 and not self.fused:
                 failed, part = self._whole_step(runner.stage, xb, yb, k, last=k == len(xs) - 1)
             else:
                 edges = [xb.shape[0] * j // self.micro_batches for j in range(self.micro_batches + 1)]
@@ -416,30 +414,6 @@ class Trainer:
         finally:
             self.stats["bytes_sent"] += stage.sent_bytes - sent
         return False, loss
-
-    def _fused_step(self, x, y, eta, errors):
-        """One step with the optimizer in the backward pass (one replica, stage and micro-batch): a non-finite
-        loss is every shard's (the same output everywhere), a refused layer this shard's alone."""
-        staged = refused = None
-        try:
-            staged = self._staging.minibatch(x, y, self.sizes[0], self.sizes[-1], grow=True)
-        except (ValueError, TypeError) as exc:
-            refused = exc
-        differs = self._same_on_shards(None if refused else (x, y))   # every rank calls it: all refuse, or none
-        refused = refused or differs
-        try:
-            if refused is not None:
-                raise refused
-            xb, yb = staged
-            stage = self._runner_for(xb.shape[0]).stage          # a bound that cannot hold: refused on every shard
-            self.last_loss = stage.engine.step(self.params, stage.columns(xb), yb, eta, self.optimizer_state)
-        except FloatingPointError as exc:
-            errors.shared = () if hasattr(exc, "layers_updated") else FloatingPointError
-            raise
-        except (ValueError, TypeError):
-            errors.shared = (ValueError, TypeError)          # the same input on every shard: refused on each
-            raise
-        return self.last_loss
 
     def _sum_replicas(self, mine):
         """The gradient buffer summed over this part's replicas, in place (or the buckets' sum); ``mine``: this
