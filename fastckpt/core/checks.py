@@ -1,10 +1,13 @@
 """Argument checks shared by the public API: each error names the argument and its value."""
+import math
 import operator
 
 import numpy as np
 
 from fastckpt.data.images import Images
 from fastckpt.kernels import all_finite, label_range, one_hot
+
+_MAX = float(np.finfo(np.float64).max)
 
 
 def check_sizes(sizes):
@@ -46,6 +49,8 @@ def check_nonnegative(value, name):
     """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
     Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting; so is a string, which
     ``float`` would read (``eta="0.1"``): strings are not numbers."""
+    if type(value) is float and 0.0 <= value <= _MAX:         # the common case, at once (NaN fails both)
+        return value
     try:
         if isinstance(value, (bool, np.bool_, str, bytes, bytearray)):
             raise TypeError
@@ -54,7 +59,7 @@ def check_nonnegative(value, name):
         v = np.inf
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if not np.isfinite(v) or v < 0:
+    if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return v
 

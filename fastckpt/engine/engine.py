@@ -115,6 +115,7 @@ class Engine:
         self.plan = plan
         self.loss = check_loss(loss)
         self.l2 = check_l2(l2, plan.n_layers)
+        self._l2_on, self._l2_written = bool(np.any(self.l2)), True
         if acts is None:
             self.activation = check_activation(activation, plan.n_layers)
             acts = state_codes(self.activation, self.loss)
@@ -127,7 +128,9 @@ class Engine:
         self.sums = Sums(ws.sums, sums) if sums is not None else None
         self.shared = sums
         ws.floats[Floats.L2:Floats.L2 + plan.n_layers] = self.l2
-        self.forward_counts = [0] * plan.n_layers
+        self._counts = ws.net[:, Net.COUNT]                      # each layer's forward steps in the last pass
+        self._counts.fill(0)
+        self._spans_of, self._kernels = {}, {}                 # made once: a step's Python is on the clock
         self.trace = None                        # set to a list to record (op, layer) events
         self._no_state = np.zeros((0, 0), dtype=plan.dtype)
         self._no_y = np.zeros((0, plan.sizes[-1]), dtype=plan.dtype)
@@ -139,6 +142,11 @@ class Engine:
         self._busy = threading.Lock()
 
     # -- public verbs ----------------------------------------------------------------------
+    @property
+    def forward_counts(self):
+        """How many times the last pass ran each layer's forward step (a list)."""
+        return self._counts[:-1].tolist()
+
     @property
     def grad(self):
         """The flat gradients of the last :meth:`gradients` call, in the parameters' layout.
@@ -283,7 +291,10 @@ class Engine:
     def kernel(self, mode, accumulate=False):
         """The run kernel of this engine's activations for ``mode`` (:data:`fastckpt.kernels.MODES`), made for
         adding into an accumulator with ``accumulate`` (NOTE [ Run kernels made to measure ])."""
-        return runner(self.codes, mode, accumulate)
+        key = (mode, accumulate)
+        if key not in self._kernels:
+            self._kernels[key] = runner(self.codes, mode, accumulate)
+        return self._kernels[key]
 
     def penalty(self, weights):
         """The L2 term of the loss, sum over layers of ``0.5 * l2 * ||W||^2`` (of every shard's weights)."""
@@ -335,14 +346,19 @@ class Engine:
         n = self.plan.n_layers
         floats[Floats.SCALE] = 1.0 / xb.shape[0] if scale is None else scale
         floats[Floats.ETA] = 0.0 if eta is None else eta
-        floats[Floats.L2:Floats.L2 + n] = self.l2 if l2 else 0.0
-        floats[Floats.PENALTY] = self.penalty(params.layers()[0]) if check and l2 else 0.0
-        hyper, state_rows = ((), self._no_state) if state is None else state.kernel_args()
-        floats[Floats.HYPER:Floats.HYPER + len(hyper)] = hyper
+        if self._l2_on and self._l2_written != l2:          # written at first: the engine's own l2
+            floats[Floats.L2:Floats.L2 + n] = self.l2 if l2 else 0.0
+            self._l2_written = l2
+        floats[Floats.PENALTY] = self.penalty(params.layers()[0]) if check and l2 and self._l2_on else 0.0
+        state_rows = self._no_state
+        if state is not None:
+            hyper, state_rows = state.kernel_args()
+            floats[Floats.HYPER:Floats.HYPER + len(hyper)] = hyper
         ints[Ints.ACC_MODE], ints[Ints.ME], ints[Ints.LAYER_GRAD_AT] = acc_mode, self.me, ws.layer_grad_at
         ints[Ints.CHECK], ints[Ints.STASH_AT] = check, ws.slot_at(slot) if slot is not None else 0
-        net[:, Net.COUNT] = 0
-        table[:, Table.RAN] = 0
+        self._counts.fill(0)
+        if self.trace is not None:
+            table[:, Table.RAN] = 0
         grads = grads if grads is not None else ws.deltas[:0]
         own = table is ws.table
         kernel = self.kernel(mode, acc is not None)
@@ -350,7 +366,6 @@ class Engine:
                    grads if acc is None else acc, self.gate)
         spans = self._spans(span, cuts) if own else [span]
         status, loss = run_spans(kernel, records, spans, xb.shape[0], self.sums if own else None, after)
-        self.forward_counts[:] = net[:-1, Net.COUNT].tolist()
         if self.trace is not None:
             names_of = {Table.FWD: "fwd", Table.ACTIVATE: "fwd", Table.LOSS: "loss", Table.BWD: "bwd"}
             ran = table[(table[:, Table.RAN] == 1) & np.isin(table[:, Table.KIND], list(names_of))]
@@ -360,8 +375,11 @@ class Engine:
     def _spans(self, span, cuts):
         """The kernel calls of rows ``span``: one per run of the plan (:attr:`Workspace.runs`), cut at ``cuts`` and
         after each row whose buffer is summed over the shards."""
+        key = (span, tuple(cuts))
+        if key in self._spans_of:
+            return self._spans_of[key]
         points = set(cuts) | {row + 1 for row in (self.sums or ())}
-        spans = []
+        spans = self._spans_of[key] = []
         for a, b in self.workspace.runs:
             a, b = max(a, span[0]), min(b, span[1])
             if a < b:
