@@ -12,6 +12,7 @@ from fastckpt import Network, NetworkWithCheckpointing
     ([784, -3, 10], ValueError, r"sizes\[1\] must be >= 1, got -3"),
     ([784, 2.5, 10], TypeError, "sequence of integers"),
     (784, TypeError, "sequence of integers"),
+    ([True, 10], TypeError, r"sequence of integers, got \[True, 10\]"),        # an index to Python, not a width
 ])
 def test_bad_sizes(sizes, exc, msg):
     with pytest.raises(exc, match=msg):

@@ -252,6 +252,8 @@ def test_budget_is_kept_and_the_least_feasible_is_exact():
     ("revolve(0)", r"revolve\(slots\): slots must be an integer >= 1, got 0"),
     ("segments(0)", r"k must be an integer >= 1, got 0"),
     ("every_nth(0)", r"n must be an integer >= 1, got 0"),
+    ("revolve(-1)", r"revolve\(slots\): slots must be an integer >= 1, got -1"),
+    ("every_nth(-2)", r"n must be an integer >= 1, got -2"),
     ("budget(0)", r"bytes must be a positive integer, got 0"),
     ("budget(12 furlongs)", r"cannot read '12 furlongs' as bytes"),
     ("budget(1MiB, sometimes)", r"recompute must be 'multi' or 'once', got 'sometimes'"),

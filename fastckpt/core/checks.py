@@ -13,6 +13,8 @@ _MAX = float(np.finfo(np.float64).max)
 def check_sizes(sizes):
     """Layer widths as a tuple of positive ints."""
     try:
+        if any(isinstance(s, (bool, np.bool_)) for s in sizes):     # an index to Python, but True is no width
+            raise TypeError
         out = tuple(operator.index(s) for s in sizes)
     except TypeError:
         raise TypeError(f"sizes must be a sequence of integers, got {sizes!r}") from None

@@ -271,7 +271,7 @@ def parse_strategy(spec):
     args = [a.strip() for a in m.group(2).split(",")] if m and m.group(2) is not None else []
     if name in ("plain", "sqrt") and not args:
         return Plain() if name == "plain" else Sqrt()
-    if name in ("every_nth", "segments", "revolve") and len(args) == 1 and re.fullmatch(r"[0-9]+", args[0]):
+    if name in ("every_nth", "segments", "revolve") and len(args) == 1 and re.fullmatch(r"[+-]?[0-9]+", args[0]):
         return {"every_nth": EveryNth, "segments": Segments, "revolve": Revolve}[name](int(args[0]))
     if name == "budget" and len(args) in (1, 2):
         return Budget(args[0], *args[1:])
