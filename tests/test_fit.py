@@ -7,6 +7,7 @@ from fastckpt import InfeasiblePlan, plan
 from fastckpt.core.layout import grad_bytes
 from fastckpt.planner.costs import forward_flops, state_bytes
 from fastckpt.planner.trees import tree_cost, walk
+from fastckpt.planner.units import parse_bytes
 
 
 def _every_tree(sizes, batch, item, fused, optimizer):
@@ -87,3 +88,15 @@ def test_bytes_are_read_exactly():
     for bad in ("revolve(\uff12)", "fit(1e3)", "budget(0.5)", "fit(0)"):
         with pytest.raises(ValueError):
             parse_strategy(bad)
+
+
+@pytest.mark.parametrize("bound", ["1KiB", "20744", "110744"])
+def test_a_deep_fit_that_cannot_be_is_refused_with_a_true_least(bound):
+    """Past EXACT_LEAST_LAYERS the refusal names a lower bound of the least (the exact least with the gradients
+    in the arena is a search of its own there): above the bytes refused, at most what a feasible fit takes."""
+    sizes = [8] + [4] * 300 + [3]
+    with pytest.raises(InfeasiblePlan, match="a lower bound") as info:
+        plan(sizes, 20, strategy=f"fit({bound})")
+    assert info.value.minimum_bytes > parse_bytes(bound, "bound")
+    feasible = plan(sizes, 20, strategy="fit(150000)").bytes()["total"]
+    assert info.value.minimum_bytes <= feasible <= 150000

@@ -15,7 +15,7 @@ from fastckpt.core.resources import shown_bytes
 
 from .bounded import least_flops
 from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
-from .search import least_peak, multi_front, once_front, revolve_tree
+from .search import PlanTooCostly, least_peak, multi_front, once_front, revolve_tree
 from .trees import keep_all, spine, tree_cost
 from .units import format_bytes, parse_bytes
 
@@ -165,7 +165,7 @@ class Budget(Strategy):
             front = once_front(flops, w, self.nbytes - fixed)
             found = (front.tree(len(front.peaks) - 1), front.costs[-1]) if front.peaks else None
         else:
-            found = searched(least_flops, flops, w, self.nbytes - fixed)
+            found = searched(least_flops, flops, w, self.nbytes - fixed) if self.nbytes > fixed else None
         if found is None:
             least = fixed + least_peak(once_front if self.recompute == "once" else multi_front, flops, w)
             raise InfeasiblePlan(
@@ -212,10 +212,18 @@ class Fit(Strategy):
         found = searched(least_flops, flops, w, room, grads) if room > 0 else None
         if found is not None:                                  # peaks: the arena with the gradients
             return found
-        least = fixed + least_peak(multi_front, flops, w, grads)
+        least, exact = fixed + least_peak(multi_front, flops, w), grads is None
+        if not exact and len(w) <= EXACT_LEAST_LAYERS + 1:
+            try:                                               # with the gradients in the arena: a search
+                least, exact = fixed + least_peak(multi_front, flops, w, grads), True
+            except PlanTooCostly:
+                pass
+        least = least if exact else max(least, self.nbytes + 1)      # a lower bound: more than what did not fit
+        bound = "" if exact else ", a lower bound: the exact least is a search of its own at this depth"
         raise InfeasiblePlan(
             f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
-            f"{least} bytes ({shown_bytes(least)}) for a training step, of which {fixed} "
+            f"{least} bytes ({shown_bytes(least)}{bound}) "
+            f"for a training step, of which {fixed} "
             f"({shown_bytes(fixed)}) are parameters{', optimizer state' if optimizer_slots else ''}, deltas and "
             f"buffers no schedule removes; got {self.nbytes}",
             least)
@@ -224,8 +232,14 @@ class Fit(Strategy):
         return f"fit({format_bytes(self.nbytes)})"
 
 
+# Past this depth a refused fit(bytes) names a lower bound of the least a step needs, not the least itself: with its
+# gradients in the arena that is a search of its own (seconds to a minute at a few hundred layers)
+EXACT_LEAST_LAYERS = 100
+
+
 class InfeasiblePlan(ValueError):
-    """A budget below what any schedule needs; ``minimum_bytes`` says what would fit."""
+    """A budget below what any schedule needs; ``minimum_bytes`` says what would fit (for ``fit`` past
+    ``EXACT_LEAST_LAYERS`` layers, a lower bound of it, above the bytes refused)."""
 
     def __init__(self, message, minimum_bytes):
         super().__init__(message)
