@@ -257,3 +257,8 @@ def test_numpy_numbers_and_bools_are_taken():
     with pytest.warns(UserWarning, match="the last 1 of 11 training samples"):
         _, dropped = Network([4, 2]).SGD((x, y), 1, 2, np.float64(0.5), verbose=False, drop_last=np.bool_(True))
     assert (len(kept), len(dropped)) == (6, 5)          # 11 samples in minibatches of 2: the last one kept or not
+
+
+def test_sizes_may_be_any_iterable_of_integers():
+    assert list(Network(iter([10, 5, 3])).sizes) == [10, 5, 3]
+    assert list(Network(int(s) for s in "10 5 3".split()).sizes) == [10, 5, 3]

@@ -382,5 +382,50 @@ def test_the_optimizer_in_backward_is_refused_where_gradients_are_summed_first()
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("micro_batches=2 gradients are summed over replicas or micro-batches first") == 2
+    assert proc.stdout.count("micro_batches=2 (--micro-batches) gradients are summed over replicas") == 2
     assert proc.stdout.count("schedule 'zb1' puts the weight gradients off; give '1f1b' or 'gpipe'") == 2
+
+
+@needs_mpi
+def test_cli_pipeline_with_the_optimizer_in_backward_trains_the_one_process_net(tmp_path):
+    """--optimizer-in-backward makes one micro-batch --pipeline's default (the only one it takes); several given
+    are refused naming the flags."""
+    outs = [tmp_path / "pipe.npz", tmp_path / "one.npz"]
+    net = ["--sizes", "784,24,16,10", "--epochs", "1", "--optimizer", "adam", "--eta", "0.002", "--strategy", "sqrt",
+           "--optimizer-in-backward", "--save"]
+    proc = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", *net, str(outs[0])], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = subprocess.run([*TRAIN, *net, str(outs[1])], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert_same_saved_net(outs[0], outs[1])
+    bad = subprocess.run([MPIEXEC, "-n", "2", *TRAIN, "--pipeline", "2", "--micro-batches", "2", *net[:-1]],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "micro_batches=2 (--micro-batches)" in bad.stderr, bad.stderr[-2000:]
+
+
+@needs_mpi
+@pytest.mark.parametrize("fused", [False, True], ids=["after", "in-backward"])
+def test_an_l2_penalty_of_inf_is_a_non_finite_loss_on_every_rank_and_update_many_takes_one_with_it(fused):
+    """The penalty alone overflowing (the update itself finite) refuses the step as one process does; with the
+    optimizer in backward, update_many takes exactly one mini-batch (it steps on one gradient)."""
+    code = ("import numpy as np; from fastckpt.distributed import Grid, Trainer\n"
+            "rng = np.random.default_rng(0); x = rng.random((8, 20)); y = np.eye(3)[rng.integers(0, 3, 8)]\n"
+            f"np.random.seed(0); t = Trainer([20, 8, 7, 6, 5, 3], grid=Grid(pipeline=2), strategy='sqrt', "
+            f"l2=[1e307, 0, 0, 0, 0], optimizer_in_backward={fused})\n"
+            "before = t.gather()\n"
+            "try:\n"
+            "    t.update_mini_batch(x, y, 1e-3)\n"
+            "except FloatingPointError as exc:\n"
+            "    print('refused', exc)\n"
+            "after = t.gather()\n"
+            "assert all((a == b).all() for a, b in zip(before[0] + before[1], after[0] + after[1]))\n"
+            "try:\n"
+            f"    t.update_many([x, x], [y, y], 1e-3) if {fused} else None\n"
+            "except ValueError as exc:\n"
+            "    print('refused', exc)\n")
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("the loss is inf or a gradient is NaN or inf; weights left unchanged") == 2, proc.stdout
+    assert proc.stdout.count("give update_many one mini-batch and count=1, got 2") == (2 if fused else 0)

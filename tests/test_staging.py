@@ -40,3 +40,33 @@ def test_a_minibatch_of_images_stages_as_the_lab_floats(rng):
     for dtype in (np.float32, np.float64):
         x, _ = Staging(20, dtype).minibatch(images[5:15], np.arange(10) % 3, 12, 3)
         np.testing.assert_array_equal(x, (raw[5:15] / 255.0).astype(dtype))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_rows_that_alias_the_weights_train_as_their_copy(fused):
+    """A mini-batch that is a view of the net's own weights: with the optimizer in backward the layers above step
+    before layer 0 reads x, so x is copied first; trained as on a copy of its values either way."""
+    import fastckpt
+    nets = []
+    for alias in (True, False):
+        np.random.seed(0)
+        net = fastckpt.Network([8, 8, 8, 8], optimizer_in_backward=fused)
+        x = net.weights[1][:5] if alias else net.weights[1][:5].copy()
+        net.update_mini_batch(x, np.full((5, 8), 0.5), 0.5)
+        nets.append(net)
+    for a, b in zip(nets[0].weights + nets[0].biases, nets[1].weights + nets[1].biases):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_big_endian_rows_train_as_native_ones_in_sgd():
+    import fastckpt
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, 8)), np.eye(3)[rng.integers(0, 3, 40)]
+    nets = []
+    for order in (">f8", "<f8"):
+        np.random.seed(0)
+        net = fastckpt.Network([8, 5, 3])
+        net.SGD((x.astype(order), y.astype(order)), 2, 10, 0.5, verbose=False, shuffle=0)
+        nets.append(net)
+    for a, b in zip(nets[0].weights + nets[0].biases, nets[1].weights + nets[1].biases):
+        np.testing.assert_array_equal(a, b)

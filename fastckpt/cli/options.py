@@ -18,8 +18,10 @@ PIPELINE_DEFAULTS = {"micro_batches": 4, "schedule": "gpipe", "transport": "nati
 
 def pipeline_options(args, saved=None):
     """``--micro-batches``, ``--schedule``, ``--transport`` and ``--partition`` as given, else the --resume
-    file's (``saved``), else their defaults (one micro-batch without ``--pipeline``)."""
-    defaults = dict(PIPELINE_DEFAULTS, micro_batches=PIPELINE_DEFAULTS["micro_batches"] if args.pipeline else 1)
+    file's (``saved``), else their defaults (one micro-batch without ``--pipeline`` or with
+    ``--optimizer-in-backward``)."""
+    several = args.pipeline and not getattr(args, "sgd_in_backward", False)     # one: each layer steps in backward
+    defaults = dict(PIPELINE_DEFAULTS, micro_batches=PIPELINE_DEFAULTS["micro_batches"] if several else 1)
     return {key: getattr(args, key) if getattr(args, key) is not None else (saved or {}).get(key, default)
             for key, default in defaults.items()}
 

@@ -235,7 +235,8 @@ def _train_parallel(p):
                         "(e.g. 25MiB), each started while the backward pass goes on (default: one sum after it)")
     p.add_argument("--micro-batches", type=o.positive, default=None, metavar="M",
                    help="micro-batches per mini-batch on MPI ranks, each stage's passes run micro-batch by "
-                        f"micro-batch (default: {PIPELINE_DEFAULTS['micro_batches']} with --pipeline, else 1)")
+                        f"micro-batch (default: {PIPELINE_DEFAULTS['micro_batches']} with --pipeline, else 1; 1 with "
+                        "--optimizer-in-backward)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb1"], default=None,
                    help="with --pipeline: gpipe (all forwards, then all backwards), 1f1b (at most P "
                         "micro-batches in flight per stage) or zb1 (1f1b with each weight gradient put off into "

@@ -13,9 +13,10 @@ _MAX = float(np.finfo(np.float64).max)
 def check_sizes(sizes):
     """Layer widths as a tuple of positive ints."""
     try:
-        if any(isinstance(s, (bool, np.bool_)) for s in sizes):     # an index to Python, but True is no width
+        out = tuple(sizes)                                          # an iterator too, read once
+        if any(isinstance(s, (bool, np.bool_)) for s in out):      # an index to Python, but True is no width
             raise TypeError
-        out = tuple(operator.index(s) for s in sizes)
+        out = tuple(operator.index(s) for s in out)
     except TypeError:
         raise TypeError(f"sizes must be a sequence of integers, got {sizes!r}") from None
     if len(out) < 2:
@@ -130,7 +131,7 @@ def check_finite_rows(arr, name, chunk=4096, offset=0):
     at all), else through a NumPy temporary of at most 64 KiB."""
     if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
-    contiguous = arr.flags.c_contiguous
+    contiguous = arr.flags.c_contiguous and arr.dtype.isnative       # the kernel reads native floats only
     chunk = chunk if contiguous else max(1, 65536 // max(1, arr[:1].size))
     for i in range(0, arr.shape[0], chunk):
         part = arr[i:i + chunk]

@@ -52,6 +52,12 @@ class Staging:
         return ((self.converted(xb, x_name) if use[0] else xb),
                 (self.converted(yb, y_name) if use[1] and not staged_y else yb))
 
+    def copied(self, arr, name):
+        """``arr``'s values in the buffer for ``name``."""
+        out = self.buffer(name, arr.shape[0], arr.shape[1])
+        out[...] = arr
+        return out
+
     def holds(self, arr):
         """Whether ``arr`` is rows of one of the staging buffers (a minibatch was converted into it)."""
         return any(np.may_share_memory(arr, buf) for buf in self._buffers.values())

@@ -324,6 +324,8 @@ class Engine:
         tick()                                                # NOTE [ Threads on a shared machine ]
         plan, ws = self.plan, self.workspace
         xb, yb = ws.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
+        if plan.optimizer_in_backward and np.may_share_memory(xb, params.flat):    # read after layers above step
+            xb = ws.staging.copied(xb, names[0])
         status, loss = self._pass(params, xb, yb, (0, len(ws.table)), mode, grads=grads, eta=eta, state=state,
                                   acc=acc, acc_mode=acc_mode, cuts=cuts, after=after, scale=scale, check=True)
         if status == BAD_INPUT:

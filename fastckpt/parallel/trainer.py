@@ -300,7 +300,7 @@ class Trainer:
                 errors.shared = (ValueError, TypeError, FloatingPointError)
                 self._raise_refused(status[3], refused)
                 self.last_loss = float(status[1] + status[2]) / count
-                if status[0]:
+                if status[0] or not np.isfinite(self.last_loss):          # an L2 penalty of inf alone too
                     raise FloatingPointError(f"the loss is {self.last_loss} or a gradient is NaN or inf; weights "
                                              "left unchanged on every rank")
                 # a whole net on every rank: the same sum and weights everywhere, refused on all or none
@@ -317,6 +317,9 @@ class Trainer:
             count = self.grid.data * len(xs) if count is None else check_positive_int(count, "count")
             if count < len(xs):
                 raise ValueError(f"count={count} mini-batches in all, but this replica alone has {len(xs)}")
+            if self.fused and (len(xs) != 1 or count != 1):
+                raise ValueError(f"the optimizer in backward steps on one mini-batch's gradient: give update_many "
+                                 f"one mini-batch and count=1, got {len(xs)} and count={count}")
             mine = {"eta and mini-batches per update": f"eta {eta!r}, {count} mini-batches in all"}
         except (ValueError, TypeError) as exc:
             mine = exc
@@ -346,6 +349,10 @@ class Trainer:
         bad, loss, penalty = False, 0.0, 0.0
         if self.grid.pipeline > 1 or self.micro_batches > 1 or self.fused:
             penalty = len(xs) * l2_penalty(self.l2[self.lo:self.hi], self.params.layers()[0])
+        comm = self.places.replica_comm
+        if eta is not None and np.any(self.l2) and not np.isfinite(penalty if comm is None else
+                                                                   comm.allreduce(penalty)):
+            return True, 0.0, penalty, None                    # a loss of inf: no layer steps (as one process)
         for k, (x, y) in enumerate(zip(xs, ys)):
             try:
                 xb, yb, runner = self._minibatch(x, y)
@@ -644,12 +651,14 @@ def _check_fused(fused, grid, micro, schedule):
     if not isinstance(fused, (bool, np.bool_)):
         raise TypeError(f"optimizer_in_backward must be True or False, got {fused!r}")
     if fused and schedule == "zb1" and grid.pipeline > 1:
-        raise ValueError("optimizer_in_backward steps each layer as its gradient is final, but schedule 'zb1' puts "
-                         "the weight gradients off; give '1f1b' or 'gpipe' (the same with one micro-batch)")
+        raise ValueError("optimizer_in_backward (--optimizer-in-backward) steps each layer as its gradient is final, "
+                         "but schedule 'zb1' puts the weight gradients off; give '1f1b' or 'gpipe' (the same with "
+                         "one micro-batch)")
     if fused and (grid.data > 1 or micro > 1):
-        raise ValueError(f"optimizer_in_backward steps each layer as its gradient is final, but with {grid!r} and "
-                         f"micro_batches={micro} gradients are summed over replicas or micro-batches first; leave it "
-                         "out, or train on one replica with one micro-batch")
+        raise ValueError(f"optimizer_in_backward (--optimizer-in-backward) steps each layer as its gradient is final, "
+                         f"but with {grid!r} and micro_batches={micro} (--micro-batches) gradients are summed over "
+                         "replicas or micro-batches first; leave it out, or train on one replica with one "
+                         "micro-batch")
     return bool(fused)
 
 
