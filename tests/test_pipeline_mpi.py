@@ -27,6 +27,12 @@ def _job(ranks, cases, timeout=300):
     return proc
 
 
+def python_on_ranks(code, ranks=2):
+    """``mpiexec -n ranks python -c code``, its output captured, within two minutes."""
+    return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+
+
 def _one_process(case, x, y):
     np.random.seed(0)
     net = fastckpt.Network(case["sizes"], dtype=case.get("dtype", np.float64), loss=case.get("loss", "quadratic"),
@@ -274,8 +280,7 @@ def test_ranks_started_with_different_settings_all_refuse(tmp_path):
             "    PipelineTrainer([784, 30, 20, 10], 2 + r)\n"
             "except ValueError as exc:\n"
             "    print('refused:', exc)\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = python_on_ranks(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("the 2 ranks were started with different settings: micro_batches 2 on rank 0, "
                              "3 on rank 1") == 2, proc.stdout        # two ranks' lines may interleave
@@ -298,8 +303,7 @@ def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on(ranks, 
             "assert all((a == b).all() for a, b in zip(before[0] + before[1], after[0] + after[1]))\n"
             "t.update_mini_batch(x, np.zeros((8, 3)), 0.5)\n"
             "print('trained', t.places.stage, 'steps', t.optimizer_state.steps)\n")
-    proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = python_on_ranks(code, ranks)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout                                    # the ranks' lines may interleave
     assert out.count("the loss is inf or a gradient is NaN or inf") == ranks, out
@@ -313,8 +317,7 @@ def test_a_non_finite_update_in_backward_ends_the_job_naming_the_layer():
             "np.random.seed(0); t = PipelineTrainer([20, 8, 7, 6, 3], 1, strategy='sqrt', optimizer_in_backward=True)\n"
             "t.update_mini_batch(np.random.rand(8, 20), np.full((8, 3), -1e10), 1e300)\n"
             "print('went on')\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = python_on_ranks(code)
     assert proc.returncode != 0 and "went on" not in proc.stdout, proc.stdout
     assert "layer 3's update would be NaN or inf with the optimizer in backward" in proc.stderr, proc.stderr
 
@@ -379,8 +382,7 @@ def test_the_optimizer_in_backward_is_refused_where_gradients_are_summed_first()
             "        PipelineTrainer([20, 8, 7, 3], optimizer_in_backward=True, **kw)\n"
             "    except ValueError as exc:\n"
             "        print('refused:', exc)\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = python_on_ranks(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("micro_batches=2 (--micro-batches) gradients are summed over replicas") == 2
     assert proc.stdout.count("schedule 'zb1' puts the weight gradients off; give '1f1b' or 'gpipe'") == 2
@@ -424,8 +426,7 @@ def test_an_l2_penalty_of_inf_is_a_non_finite_loss_on_every_rank_and_update_many
             f"    t.update_many([x, x], [y, y], 1e-3) if {fused} else None\n"
             "except ValueError as exc:\n"
             "    print('refused', exc)\n")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = python_on_ranks(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("the loss is inf or a gradient is NaN or inf; weights left unchanged") == 2, proc.stdout
     assert proc.stdout.count("give update_many one mini-batch and count=1, got 2") == (2 if fused else 0)
