@@ -291,7 +291,7 @@ class Engine:
     def kernel(self, mode, accumulate=False):
         """The run kernel of this engine's activations for ``mode`` (:data:`fastckpt.kernels.MODES`), made for
         adding into an accumulator with ``accumulate`` (NOTE [ Run kernels made to measure ])."""
-        key = (mode, accumulate)
+        key = (mode, accumulate, runner)            # the module's runner as it is now (tests wrap it)
         if key not in self._kernels:
             self._kernels[key] = runner(self.codes, mode, accumulate)
         return self._kernels[key]

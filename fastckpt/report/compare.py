@@ -121,7 +121,11 @@ def child_main(package_root, spec_json):
         message = str(exc) if kinds & _EXPECTED else f"{type(exc).__name__}: {exc}"
         print(json.dumps({"error": message, "kinds": sorted(kinds)}), flush=True)
         return 1
-    print(json.dumps(result), flush=True)
+    try:
+        print(json.dumps(result), flush=True)
+    except BrokenPipeError:                       # the parent stopped reading: interrupted, it keeps what it has
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # nothing more to say at exit
+        return 130
     return 0
 
 
