@@ -198,13 +198,18 @@ def test_partial_fit_and_warm_start_go_on(rng):
     assert not np.array_equal(first[0], warm.coefs_[0])
 
 
+def _warm_pair(max_iter):
+    """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
+                  random_state=0, max_iter=max_iter, learning_rate_init=0.01, warm_start=True)
+    return MLPRegressor(**common), neural_network.MLPRegressor(**common)
+
+
 def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
     """A warm start keeps the weights and the count of epochs without improvement but makes a new optimizer;
     partial_fit keeps the optimizer too: scikit-learn's weights and loss curve after each."""
     x, y = _regression(rng)
-    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
-                  random_state=0, max_iter=3, learning_rate_init=0.01, warm_start=True)
-    ours, theirs = MLPRegressor(**common), neural_network.MLPRegressor(**common)
+    ours, theirs = _warm_pair(max_iter=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for model in (ours, theirs):
@@ -305,9 +310,7 @@ def test_settings_changed_under_a_warm_start_are_used_as_scikit_learns_are(rng):
     """set_params between warm fits: the new activation and solver train on from the fitted weights, as
     scikit-learn's own MLP does (weights and loss curve equal); other layers are refused, naming them."""
     x, y = _regression(rng)
-    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
-                  random_state=0, max_iter=2, learning_rate_init=0.01, warm_start=True)
-    ours, theirs = MLPRegressor(**common), neural_network.MLPRegressor(**common)
+    ours, theirs = _warm_pair(max_iter=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for model in (ours, theirs):
