@@ -3,9 +3,25 @@
 Each step reads and writes only the index ranges ``blocks`` (k, 2) (the gaps are alignment
 padding), computes in float64 and stores in the buffers' dtype.  A step that would make a
 parameter or a state value NaN or inf in that dtype changes nothing and returns False (a first
-pass computes and checks, a second writes: both compute the same numbers).  The formulas are
-PyTorch's (``torch.optim.SGD`` with momentum and no dampening, ``torch.optim.Adam``,
-``torch.optim.AdamW``); :mod:`fastckpt.core.optimizers` documents them.
+pass checks, a second writes).  The formulas are PyTorch's (``torch.optim.SGD`` with momentum
+and no dampening, ``torch.optim.Adam``, ``torch.optim.AdamW``); :mod:`fastckpt.core.optimizers`
+documents them.
+
+NOTE [ The check before an update ]
+The check pass must not let through a step that would write NaN or inf, and must
+not refuse one that would not.  Computing the whole step twice does both, but
+Adam's square root and divisions make that pass as dear as the step itself.  So
+the check first asks a cheaper question: is every input element (parameter,
+gradient, state) finite and at most ``safe`` in magnitude, a number from the
+hyper-parameters alone (:func:`_adam_safe`, :func:`_momentum_safe`) below which
+each intermediate and result of the formula stays under an eighth of the largest
+finite value of the stored dtype?  Then no result can be NaN or inf (float64
+rounding moves a value by far less than the factor of 8 left spare) and the
+update is written without the full check.  An element beyond ``safe`` (or a NaN
+in the inputs, or hyper-parameters for which no such number exists: ``safe``
+is then -1) sends the check to the whole computation, as before.  Either way
+the written numbers are the same: the cheap question only decides which check
+runs.  ``tests/test_optimizers.py`` checks the bounds at their edges.
 """
 import math
 
@@ -20,6 +36,66 @@ def _bad(v, like):
     """1 when ``v`` is NaN or inf once stored in the dtype of ``like``, else 0."""
     s = stored(v, like)
     return np.int64((s - s) != 0.0)
+
+
+@inline
+def _largest(like):
+    """An eighth of the largest finite value of ``like``'s dtype (NOTE [ The check before an update ])."""
+    return 3.4028234663852886e38 / 8.0 if like.itemsize == 4 else 1.7976931348623157e308 / 8.0
+
+
+@inline
+def _usable(safe):
+    """``safe``, or -1 (no element is within it) when it is not a positive finite number."""
+    return safe if safe > 1e-300 and safe < np.inf else -1.0
+
+
+@inline
+def _momentum_safe(eta, mu, top):
+    """The magnitude below which every input keeps the momentum step finite under ``top``: ``|b| <= (1 + |mu|) s``,
+    ``|d| <= (1 + |mu|)^2 s`` and ``|eta d| <= |eta| (1 + |mu|)^2 s``."""
+    if not (abs(eta) < np.inf and abs(mu) < np.inf):
+        return -1.0
+    grow = (1.0 + abs(mu)) * (1.0 + abs(mu))
+    return _usable(top / (grow * (1.0 + abs(eta))))
+
+
+@inline
+def _adam_safe(eta, beta1, beta2, eps, weight_decay, correction1, correction2, top):
+    """The magnitude below which every input keeps the Adam step finite under ``top``: with ``k = 1 + |lambda|``,
+    ``|g + lambda p| <= k s``, ``|m| <= k s``, ``v <= max(s, k^2 s^2)``, ``v / c2`` under ``top`` when
+    ``s <= sqrt(top c2) / k`` and ``s <= top c2``, and the update ``eta (m / c1) / (sqrt(v / c2) + eps)`` with
+    its intermediates under ``top`` when ``s <= top / (1 + |eta lambda| + (1 + |eta|) k / (c1 min(eps, 1)))``."""
+    finite = (abs(eta) < np.inf and abs(weight_decay) < np.inf and eps > 0.0 and eps < np.inf
+              and correction1 > 0.0 and correction1 <= 1.0 and correction2 > 0.0 and correction2 <= 1.0
+              and beta1 >= 0.0 and beta1 <= 1.0 and beta2 >= 0.0 and beta2 <= 1.0)
+    if not finite:
+        return -1.0
+    k = 1.0 + abs(weight_decay)
+    step = 1.0 + abs(eta * weight_decay) + (1.0 + abs(eta)) * k / (correction1 * min(eps, 1.0))
+    return _usable(min(math.sqrt(top * correction2) / k, top * correction2, top / k / step))
+
+
+@inline
+def _within(a, b, c, n, safe):
+    """True when the first ``n`` elements of ``a``, ``b`` and ``c`` are at most ``safe`` in magnitude (NaN is
+    not); branch-free, so the loop vectorises."""
+    out = 0
+    for i in range(n):
+        out |= (np.int64(abs(np.float64(a[i])) <= safe) & np.int64(abs(np.float64(b[i])) <= safe)
+                & np.int64(abs(np.float64(c[i])) <= safe)) ^ 1
+    return out == 0
+
+
+@inline
+def _within_adam(a, b, c, v, n, safe):
+    """:func:`_within` of ``a``, ``b`` and ``c``, and ``v`` (Adam's second moment) between 0 and ``safe``."""
+    out = 0
+    for i in range(n):
+        out |= (np.int64(abs(np.float64(a[i])) <= safe) & np.int64(abs(np.float64(b[i])) <= safe)
+                & np.int64(abs(np.float64(c[i])) <= safe) & np.int64(np.float64(v[i]) >= 0.0)
+                & np.int64(np.float64(v[i]) <= safe)) ^ 1
+    return out == 0
 
 
 @inline
@@ -40,6 +116,8 @@ def _momentum_range(p, g, buf, lo, g_lo, n, eta, mu, nesterov, write):
         for i in range(n):
             pp[i], bb[i] = _momentum(pp[i], gg[i], bb[i], eta, mu, nesterov)
         return 0
+    if _within(pp, gg, bb, n, _momentum_safe(eta, mu, min(_largest(p), _largest(buf)))):
+        return 0                                       # NOTE [ The check before an update ]
     bad = 0
     for i in range(n):
         new_p, new_b = _momentum(pp[i], gg[i], bb[i], eta, mu, nesterov)
@@ -89,6 +167,9 @@ def _adam_range(p, g, m, v, lo, g_lo, n, eta, beta1, beta2, eps, weight_decay, d
             pp[i], mm[i], vv[i] = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
                                         correction1, correction2)
         return 0
+    top = min(_largest(p), _largest(m), _largest(v))
+    if _within_adam(pp, gg, mm, vv, n, _adam_safe(eta, beta1, beta2, eps, weight_decay, correction1, correction2, top)):
+        return 0                                       # NOTE [ The check before an update ]
     bad = 0
     for i in range(n):
         new_p, new_m, new_v = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,

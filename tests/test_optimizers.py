@@ -336,3 +336,73 @@ def test_an_interrupt_right_after_the_step_kernel_leaves_its_count_with_the_upda
     again = pickle.loads(pickle.dumps(state))
     again.__setstate__(old)
     assert again.steps == 3
+
+
+def _twin_finite(results, dtypes):
+    """True when every result is finite once stored in its array's dtype (the check's own question)."""
+    with np.errstate(all="ignore"):
+        return all(np.isfinite(np.asarray(r, dtype=np.float64).astype(d)).all() for r, d in zip(results, dtypes))
+
+
+def _kernel_case(rng, name, dtype, scale):
+    """Random hyper-parameters (some extreme) and inputs of magnitude ``scale``, for one kernel step."""
+    from fastckpt.kernels.optimizers import _adam_safe, _largest, _momentum_safe
+    n = 37
+    eta = float(10.0 ** rng.uniform(-8, 8))
+    p, g, s1, s2 = (rng.uniform(-1, 1, n) * scale for _ in range(4))
+    s2 = np.abs(s2)
+    arrays = [np.array(a, dtype=dtype) for a in (p, g, s1, s2)]
+    if name == "momentum":
+        mu = float(rng.uniform(0, 3))
+        safe = _momentum_safe(eta, mu, _largest(arrays[0]))
+        return arrays[:3], (eta, mu, bool(rng.integers(2))), safe
+    beta1, beta2 = float(rng.uniform(0, 1)), float(rng.uniform(0, 1))
+    eps, decay, t = float(10.0 ** rng.uniform(-12, 2)), float(10.0 ** rng.uniform(-6, 3)), int(rng.integers(1, 5))
+    hyper = (eta, beta1, beta2, eps, decay, bool(rng.integers(2)), 1 - beta1 ** t, 1 - beta2 ** t)
+    return arrays, hyper, _adam_safe(*hyper[:5], *hyper[6:], _largest(arrays[0]))
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_step_kernels_refuse_exactly_the_updates_that_go_non_finite(rng, name, dtype):
+    """NOTE [ The check before an update ]: inputs at the shortcut's own bound, just past it and anywhere up to the
+    dtype's largest value; the kernel updates exactly when the NumPy twin's results are all finite, and then to the
+    twin's numbers."""
+    from fastckpt.kernels import adam_step, momentum_step
+    top = float(np.finfo(dtype).max)
+    seen = {"short": 0, "refused": 0, "applied": 0}
+    for case in range(600):
+        kind = case % 3
+        arrays, hyper, safe = _kernel_case(rng, name, dtype, 1.0)
+        if safe > 0:
+            seen["short"] += 1
+        scale = safe if kind == 0 and safe > 0 else (safe * 1.5 if kind == 1 and safe > 0
+                                                       else top * 10.0 ** rng.uniform(-4, 0))
+        arrays = [np.array(np.clip(a / max(np.abs(a).max(), 1e-300) * scale, -top, top), dtype=dtype) for a in arrays]
+        if kind == 0 and safe > 0:
+            for a in arrays:
+                a[0] = np.copysign(np.array(safe, dtype=dtype), a[0])
+        before = [a.copy() for a in arrays]
+        blocks = np.array([[0, arrays[0].size]], dtype=np.int64)
+        wide = [a.astype(np.float64) for a in before]
+        with np.errstate(all="ignore"):
+            if name == "momentum":
+                ok = momentum_step(*arrays, *hyper, blocks)
+                want = naive.momentum_update(*wide, *hyper)
+            else:
+                eta, beta1, beta2, eps, decay, decoupled, c1, c2 = hyper
+                ok = adam_step(*arrays, *hyper, blocks)
+                t = next(k for k in range(1, 5) if 1 - beta1 ** k == c1 and 1 - beta2 ** k == c2)
+                want = naive.adam_update(*wide, t, eta, (beta1, beta2), eps, decay, decoupled)
+        written = [arrays[0]] + arrays[2:]                # the parameters and the state: g is only read
+        finite = _twin_finite(want, [a.dtype for a in written])
+        assert ok == finite, (case, hyper, scale, safe)
+        seen["applied" if ok else "refused"] += 1
+        if not ok:
+            for a, b in zip(arrays, before):
+                np.testing.assert_array_equal(a, b)
+        else:
+            for a, b in zip(written, want):
+                np.testing.assert_allclose(a, np.asarray(b).astype(a.dtype), rtol=1e-5 if dtype == np.float32
+                                           else 1e-12, atol=0)
+    assert seen["short"] > 300 and seen["refused"] > 50 and seen["applied"] > 300, seen
