@@ -1,10 +1,11 @@
 """The byte-exact planner at depth: ``budget`` and ``fit`` on chains of 100 to 10,000 layers.
 
     python benchmarks/planner_depth.py [--depths 100,300,1000,3000,10000] [--twin-max 100] [--rotor-max 300]
-                                       [--slots 500] [--seeds 1]
+                                       [--slots 500] [--seeds 1] [--equal-max 1000]
 
 Chains: heterogeneous widths drawn uniformly from 32..1024 (``--seeds`` chains per depth), and equal widths
-of 256; batch 256, float64.  Budgets at 5%, 25% and 60% of the way from the least activation memory any
+of 256 up to ``--equal-max`` layers (their tight budgets take minutes past it); batch 256, float64.
+Budgets at 5%, 25% and 60% of the way from the least activation memory any
 schedule needs (the widest pair of neighbouring states) to plain's.  For each:
 
 * ``budget``: :func:`fastckpt.planner.bounded.least_flops` (the planner): seconds, the recompute FLOPs found,
@@ -70,11 +71,12 @@ def rotor(flops, w, limit, slots):
     return slotted_dp(prefix, w_slots, regions, slots)
 
 
-def chains(depth, seeds):
+def chains(depth, seeds, equal_max):
     rng = np.random.default_rng(depth)
     for seed in range(seeds):
         yield f"32..1024 #{seed}", [784] + [int(s) for s in rng.integers(32, 1025, size=depth)] + [10]
-    yield "equal 256", [784] + [256] * depth + [10]
+    if depth <= equal_max:
+        yield "equal 256", [784] + [256] * depth + [10]
 
 
 def timed(fn, *args, **kwargs):
@@ -100,6 +102,7 @@ def main(argv=None):
     p.add_argument("--rotor-max", type=int, default=300)
     p.add_argument("--slots", type=int, default=500)
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--equal-max", type=int, default=1000)
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.join(HERE, "..", "tests"))
     import twin
@@ -118,7 +121,7 @@ def main(argv=None):
           "| rotor recompute / budget's | fit s | fit recompute factor |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for depth in (int(d) for d in args.depths.split(",")):
-        for name, sizes in chains(depth, args.seeds):
+        for name, sizes in chains(depth, args.seeds, args.equal_max):
             flops, w = list(forward_flops(sizes, BATCH)), state_bytes(sizes, BATCH, ITEM)
             one_pass = sum(flops)
             widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
