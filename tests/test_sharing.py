@@ -175,3 +175,20 @@ def test_a_count_that_is_not_one_is_refused_naming_the_flag():
                           text=True, timeout=300)
     assert proc.returncode == 2 and "argument --blas-threads: must be auto or a whole number >= 1, got '0'" in \
         proc.stderr, proc.stderr
+
+
+def test_more_threads_than_the_library_runs_are_refused_and_change_nothing():
+    """OpenBLAS runs at most the threads it was built for and quietly runs that many instead: plans would count
+    buffers for threads that never run."""
+    before, auto = blas_threads(), sharing.SHARING.auto
+    with pytest.raises(ValueError, match=r"BLAS threads must be at most \d+, the most the BLAS library runs, "
+                                         r"got 99999"):
+        sharing.fix_threads(99999)
+    assert blas_threads() == before and sharing.SHARING.auto == auto
+    proc = subprocess.run([sys.executable, "-m", "fastckpt", "plan", "--blas-threads", "99999"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "--blas-threads: BLAS threads must be at most" in proc.stderr, proc.stderr
+    env = dict(os.environ, FASTCKPT_BLAS_THREADS="99999")
+    proc = subprocess.run([sys.executable, "-c", "import fastckpt"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and "FASTCKPT_BLAS_THREADS: BLAS threads must be at most" in proc.stderr, proc.stderr

@@ -55,7 +55,10 @@ def main(argv=None):
         warnings.showwarning = _warning_line(command)            # one line each, as errors are
         args = settled(args)
         if getattr(args, "blas_threads", None) is not None:        # NOTE [ Threads on a shared machine ]
-            fix_threads(None if args.blas_threads == "auto" else args.blas_threads)
+            try:
+                fix_threads(None if args.blas_threads == "auto" else args.blas_threads)
+            except ValueError as exc:
+                raise ValueError(f"--blas-threads: {exc}") from None
             os.environ["FASTCKPT_BLAS_THREADS"] = str(args.blas_threads)   # and the runs compare starts
         run = {"compare": commands.compare, "plan": commands.show_plan, "analyze": commands.analyze,
                "profile": profile, "train": train, "evaluate": use.evaluate, "predict": use.predict}

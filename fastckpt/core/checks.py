@@ -1,6 +1,7 @@
 """Argument checks shared by the public API: each error names the argument and its value."""
 import math
 import operator
+from collections.abc import Mapping, Set
 
 import numpy as np
 
@@ -12,6 +13,8 @@ _MAX = float(np.finfo(np.float64).max)
 
 def check_sizes(sizes):
     """Layer widths as a tuple of positive ints."""
+    if isinstance(sizes, (Mapping, Set)):                            # their order is not the layers' order
+        raise TypeError(f"sizes must be a sequence of integers, got {type(sizes).__name__} {sizes!r}")
     try:
         out = tuple(sizes)                                          # an iterator too, read once
         if any(isinstance(s, (bool, np.bool_)) for s in out):      # an index to Python, but True is no width

@@ -29,6 +29,7 @@ from fastckpt.kernels import all_finite, sgd_step
 from .checks import check_dtype, check_eta, check_sizes, nonfinite_error, refuse_masked
 from .layout import layer_views, param_blocks, param_layout
 from .locks import Refused, params_lock
+from .resources import machine_bytes, shown_bytes
 
 
 class Parameters:
@@ -55,7 +56,12 @@ class Parameters:
     def __init__(self, sizes, dtype=np.float64):
         self.sizes = check_sizes(sizes)
         self.dtype = check_dtype(dtype)
-        self._flat = np.zeros(param_layout(self.sizes, self.dtype.itemsize)[1], dtype=self.dtype)
+        elems = param_layout(self.sizes, self.dtype.itemsize)[1]
+        if elems * self.dtype.itemsize > machine_bytes():
+            need = elems * self.dtype.itemsize
+            raise MemoryError(f"sizes {list(self.sizes)}: the parameters alone take {need} bytes ({shown_bytes(need)}) "
+                              f"in {self.dtype.name}, more than this machine's memory ({shown_bytes(machine_bytes())})")
+        self._flat = np.zeros(elems, dtype=self.dtype)
         self._setup()
 
     def _setup(self):

@@ -16,6 +16,11 @@ def free_bytes():
     return free
 
 
+def machine_bytes():
+    """The machine's physical memory: an array larger than it cannot be trained on here."""
+    return psutil.virtual_memory().total
+
+
 OPENBLAS_THREAD_BUFFER = 32 * 2**20   # OpenBLAS maps a buffer of BUFFER_SIZE (32 MiB) for each thread calling it
 
 

@@ -116,8 +116,13 @@ def fix_threads(n):
         return
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"BLAS threads must be a whole number >= 1, got {n!r}")
-    SHARING.auto = False
+    before = blas_threads()
     set_blas_threads(n)
+    if blas_threads_running() not in (0, n):                 # the library ran its most instead: not n
+        most = blas_threads_running()
+        set_blas_threads(before)
+        raise ValueError(f"BLAS threads must be at most {most}, the most the BLAS library runs, got {n}")
+    SHARING.auto = False
 
 
 @contextlib.contextmanager
@@ -143,7 +148,10 @@ def _from_environment():
         warnings.warn(f"FASTCKPT_BLAS_THREADS must be 'auto' or a whole number >= 1, got {value!r}; "
                       "using auto", RuntimeWarning, stacklevel=2)
         return
-    fix_threads(int(value))
+    try:
+        fix_threads(int(value))
+    except ValueError as exc:
+        warnings.warn(f"FASTCKPT_BLAS_THREADS: {exc}; using auto", RuntimeWarning, stacklevel=2)
 
 
 _from_environment()
