@@ -109,18 +109,6 @@ class Group:
         except ValueError as exc:
             raise everywhere(exc) from None
 
-    def minibatch(self, check, x, y, eta):
-        """``check(x, y, eta)`` on this rank (the minibatch as this rank uses it), then agreed: every rank
-        raises the same ValueError if the shapes or eta differ between ranks, or if ``check`` raised a
-        ValueError or TypeError on any rank (a NaN in the part of the data only one rank reads, say)."""
-        try:
-            checked = check(x, y, eta)
-        except (ValueError, TypeError) as exc:
-            checked = exc
-        self.agree(checked if isinstance(checked, Exception) else
-                   {"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"}, "the minibatch")
-        return checked
-
     def errors(self):
         """The context of one trainer call: an exception leaving it ends the job (:meth:`abort`) unless
         it is an instance of the context's ``shared`` classes (set as the call goes on), which every
