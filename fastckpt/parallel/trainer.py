@@ -361,8 +361,8 @@ class Trainer:
                 refused = exc
             differs = self._same_on_shards(None if refused else (x, y))          # every rank calls it
             refused = refused or differs
-            if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
-                return False, 0.0, 0.0, refused or ValueError("refused on another rank")
+            if refused is not None:              # on every rank of the replica alike: no pass runs
+                return False, 0.0, 0.0, refused
             if self.grid.pipeline == 1 and self.micro_batches == 1 and not self.fused:
                 failed, part = self._whole_step(runner.stage, xb, yb, k, last=k == len(xs) - 1)
             else:
@@ -376,7 +376,9 @@ class Trainer:
         """None, or a ValueError on every rank of this replica when its ranks were given different mini-batches
         (every stage and shard is given the whole ``x`` and ``y``; the first stage reads ``x``, the last ``y``):
         a CRC-32 of the ``(x, y)`` each was given, one ``Allreduce`` of two integers over the replica's ranks;
-        "refused on another rank" when another rank refused its own.  ``given``: ``(x, y)``, None if refused."""
+        "refused on another rank" when another rank refused its own.  ``given``: ``(x, y)``, None if refused.
+        So every rank of the replica knows whether any refused: its stages and shards exchange activations, so
+        they run a mini-batch's passes together or not at all."""
         comm = self.places.replica_comm
         if comm is None:
             return None
@@ -395,14 +397,6 @@ class Trainer:
         return ValueError(f"the {comm.Get_size()} ranks of replica {self.places.replica} were given different "
                           "mini-batches (every stage and tensor shard of a replica is given the whole x and y, in "
                           "the same dtype): give each the same")
-
-    def _refused_in_replica(self, mine):
-        """Whether any rank of this replica refused its mini-batch (``mine``: this one did): its stages and shards
-        exchange activations, so they run a mini-batch's passes together or not at all."""
-        comm = self.places.replica_comm
-        if comm is None:
-            return mine
-        return bool(comm.allreduce(int(mine), op=self.MPI.MAX))
 
     def _whole_step(self, stage, xb, yb, k, last):
         """One mini-batch through a whole part (one stage, one micro-batch) in one engine step, its gradient
