@@ -29,7 +29,7 @@ import numpy as np
 
 from fastckpt.kernels import ADAM, MOMENTUM, counted_adam_step, counted_momentum_step
 
-from .checks import check_nonnegative, check_positive_int
+from .checks import check_bool, check_nonnegative, check_positive_int
 from .layout import layer_views
 
 MAX_STEPS = 2**63 - 2                  # the step kernels count in an int64, and the next step must fit it too
@@ -83,9 +83,7 @@ class Momentum(Optimizer):
 
     def __init__(self, momentum=0.9, nesterov=False):
         self.momentum = _fraction(momentum, "momentum")
-        if not isinstance(nesterov, (bool, np.bool_)):
-            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
-        self.nesterov = bool(nesterov)
+        self.nesterov = check_bool(nesterov, "nesterov")
 
     def settings(self):
         return {"momentum": self.momentum, "nesterov": self.nesterov}

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-import numpy as np
+from fastckpt.core.checks import check_bool
 
 UNCAUGHT = {"abort": os.environ.get("FASTCKPT_ABORT_ON_UNCAUGHT", "1").strip() != "0"}
 
@@ -29,9 +29,7 @@ def abort_on_uncaught(on=True):
     ``on=False`` (or set ``FASTCKPT_ABORT_ON_UNCAUGHT=0`` before fastckpt is
     imported) when the script handles rank failures itself.
     """
-    if not isinstance(on, (bool, np.bool_)):
-        raise TypeError(f"on must be True or False, got {on!r}")
-    UNCAUGHT["abort"] = bool(on)
+    UNCAUGHT["abort"] = check_bool(on, "on")
 
 
 def hook_uncaught(world):

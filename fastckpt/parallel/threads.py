@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.core.checks import check_bool, check_eta, check_positive_int
 from fastckpt.core.resources import check_fits, shown_bytes, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
@@ -73,9 +73,7 @@ class DataParallel:
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
                    f"{self.threads} worker threads", "threads")
-        if not isinstance(adapt, (bool, np.bool_)):
-            raise TypeError(f"adapt must be True or False, got {adapt!r}")
-        adapt = bool(adapt)
+        adapt = check_bool(adapt, "adapt")
         self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
         self._pace = Pace(self.threads) if adapt else None
         self.last_workers = None                      # the threads the last update ran on
