@@ -208,6 +208,16 @@ class OptimizerState:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
                                          "weights and state left unchanged")
 
+    def apply_mean(self, params, total, count, eta):
+        """:meth:`apply` with the mean of ``count`` gradients whose sum is ``total``: the lab's SGD folds the
+        mean into its step, any other optimizer scales ``total`` in place first."""
+        if self.optimizer.slots == 0:
+            self.apply(params, total, eta / count)
+            return
+        if count != 1:
+            total *= 1.0 / count
+        self.apply(params, total, eta)
+
     def kernel_args(self):
         """``(hyper, state)`` of the next step, for a run kernel's optimizer in the backward pass
         (:mod:`fastckpt.kernels.runs`): the hyper-parameters (:func:`fastckpt.kernels.optimizers.layer_step`;

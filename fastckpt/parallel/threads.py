@@ -182,12 +182,7 @@ class DataParallel:
             self.last_workers = workers
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = math.fsum(loss for _, loss in losses) / len(losses)
-            state = self.net.optimizer_state
-            if state.optimizer.slots == 0:
-                params.update(self._sum, eta / len(xs))        # the lab's SGD: the mean folded into the step
-            else:
-                self._sum *= 1.0 / len(xs)                     # the mean gradient, then the optimizer's step
-                state.apply(params, self._sum, eta)
+            self.net.optimizer_state.apply_mean(params, self._sum, len(xs), eta)
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results

@@ -306,7 +306,7 @@ class Trainer:
                 # a whole net on every rank: the same sum and weights everywhere, refused on all or none
                 errors.shared = FloatingPointError if self.grid.pipeline == self.grid.tensor == 1 else ()
                 if not self.fused:
-                    self._apply(total, eta, count)
+                    self.optimizer_state.apply_mean(self.params, total, count, eta)
                 self.stats["updates"] += 1
         return self.last_loss
 
@@ -445,15 +445,6 @@ class Trainer:
             raise error
         raise (TypeError if first.startswith("TypeError") else ValueError)(f"the mini-batch refused on rank {rank}: "
                                                                             f"{first}")
-
-    def _apply(self, total, eta, count):
-        """The optimizer's step on this rank's part, from the sum of ``count`` mini-batches' mean gradients."""
-        if self.optimizer.slots == 0:
-            self.params.update(total, eta / count)
-            return
-        if count != 1:
-            total *= 1.0 / count
-        self.optimizer_state.apply(self.params, total, eta)
 
     # -- the whole net ---------------------------------------------------------------------
     def evaluate(self, x_test_data, y_test_data):
