@@ -40,9 +40,7 @@ import weakref
 import numpy as np
 
 from fastckpt.engine.sharing import WINDOW, Sharing, threads_for
-from fastckpt.kernels import new_gate, raise_flag, wait_flag
-
-from .turns import Stopped, Turns
+from fastckpt.kernels import add_in_turn, new_gate, raise_flag, wait_flag
 
 SPIN_SECONDS = 250e-6        # how long a waiting thread spins before it sleeps
 _spins = None
@@ -110,6 +108,33 @@ class _Shared:
     def signal(self, i, value, room=0):
         raise_flag(self.flags, i, value)
         self.wake(room)
+
+
+class Stopped(Exception):
+    """Another worker failed, so this one's turn never comes."""
+
+
+class Turns:
+    """Adds minibatch ``k``'s gradient to the sum after ``k - 1``'s (NOTE [ Deterministic reduction ] in
+    :mod:`fastckpt.parallel.threads`), through the crew's flags."""
+
+    def __init__(self, shared):
+        self.shared = shared
+
+    def add(self, total, k, grad, blocks, me=0):
+        """Worker ``me`` adds minibatch ``k``'s ``grad`` to ``total`` in its turn."""
+        shared = self.shared
+        while True:
+            seen = add_in_turn(shared.flags, k, total, grad, blocks, shared.spins, shared.gate, me)
+            if seen == k + 1:
+                shared.wake()
+                return
+            if seen < 0 or shared.wait(0, k, 0, me) < 0 or shared.flags[0] > k:
+                raise Stopped(f"minibatch {k}: another worker failed first")
+
+    def fail(self):
+        self.shared.flags[0] = -1
+        self.shared.wake()
 
 
 def _serve(shared, w):
