@@ -69,12 +69,16 @@ def launched_ranks():
     return 1
 
 
-def check_comm(comm, MPI):
-    """``comm`` if it is an mpi4py intra-communicator, else a TypeError naming what it is."""
+def communicator(comm=None):
+    """``(MPI, comm)``: mpi4py's ``MPI`` and ``comm``, ``MPI.COMM_WORLD`` when None; a TypeError naming what
+    ``comm`` is unless it is an mpi4py intra-communicator."""
+    MPI, world = mpi_world()
+    if comm is None:
+        return MPI, world
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an mpi4py communicator (MPI.COMM_WORLD or one split from it), got "
                         f"{type(comm).__name__} {comm!r}"[:200])
-    return comm
+    return MPI, comm
 
 
 _LOCAL_RANKS = {}                      # the world's ranks on this machine, once known
@@ -87,8 +91,7 @@ class Group:
     """
 
     def __init__(self, comm=None):
-        self.MPI, world = mpi_world()
-        self.comm = world if comm is None else check_comm(comm, self.MPI)
+        self.MPI, self.comm = communicator(comm)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
     def agree(self, mine, what="settings", differ="were started with different settings"):
