@@ -63,12 +63,6 @@ class ShardSums:
         self.sent += round(self.share / 2 * whole.nbytes)                 # an Allgather: half an Allreduce
 
 
-def column_widths(n, shards):
-    """The widths ``np.array_split`` gives ``n`` units over ``shards``."""
-    q, extra = divmod(n, shards)
-    return [q + (t < extra) for t in range(shards)]
-
-
 def pieces(sizes, shards, shard, weights, biases, first=0):
     """A shard's ``(layer, rows, cols, w, b)`` of its ``weights`` and ``biases`` (views of its parameters or of a
     buffer in their layout), as :meth:`~fastckpt.parallel.mpi.Group.gather_net` takes them: a row-split

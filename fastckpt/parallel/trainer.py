@@ -33,7 +33,7 @@ import numpy as np
 from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
 from fastckpt.core.init import check_init, draw
-from fastckpt.core.layout import layer_views, tensor_split
+from fastckpt.core.layout import column_widths, layer_views, tensor_split
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
@@ -53,7 +53,7 @@ from .pipeline.runner import StageRunner
 from .pipeline.schedules import check_schedule, pending_weights, schedule, storage_slots
 from .pipeline.stage import Stage
 from .pipeline.transport import check_transport
-from .tensor import ShardSums, column_widths, pieces, take
+from .tensor import ShardSums, pieces, take
 
 MODE = "Trainer"
 

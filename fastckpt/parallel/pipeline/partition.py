@@ -2,7 +2,7 @@
 import numpy as np
 
 from fastckpt.core.checks import check_positive_int
-from fastckpt.core.layout import param_layout, tensor_split
+from fastckpt.core.layout import column_widths, param_layout, tensor_split
 from fastckpt.core.resources import shown_bytes
 from fastckpt.engine.workspace import stash_elems, workspace_delta_elems
 from fastckpt.planner import InfeasiblePlan, reshard, shard_plan
@@ -10,7 +10,6 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs, sum_bytes
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
-from ..tensor import column_widths
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges
