@@ -44,8 +44,7 @@ class ShardSums:
 
     def total(self, value):
         self._one[0] = value
-        self.comm.Allreduce(self.MPI.IN_PLACE, self._one)
-        self.sent += round(self.share * self._one.nbytes)
+        self.sum(self._one)
         return float(self._one[0])
 
     def gather_columns(self, part, whole, widths, scratch):
