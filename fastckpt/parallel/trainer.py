@@ -213,28 +213,25 @@ class Trainer:
     def _rows(self, batch):
         return -(-batch // self.micro_batches)
 
-    def _options(self, stage, staged):
-        """What a stage's plan and bytes depend on besides its layers and rows."""
+    def _options(self, stage, batch):
+        """What a stage's plan and bytes for mini-batches of ``batch`` depend on besides its layers and rows."""
         return dict(transport=self.transport, threads=self.blas_threads, slots=self.optimizer.slots,
-                    replicated=self.grid.data > 1, staged=staged, buckets=self._buckets_on(),
+                    replicated=self.grid.data > 1, staged=tuple(batch * flag for flag in self._staged),
+                    buckets=self.bucket_bytes is not None,
                     tensor=None if self.grid.tensor == 1 else (self.grid.tensor, self.places.shard),
                     fused=self.optimizer if self.fused else None)
 
-    def _buckets_on(self):
-        return self.bucket_bytes is not None and self.grid.data > 1
-
-    def _stage_bytes(self, stage, lo, hi, batch, staged=None):
+    def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for mini-batches of ``batch``."""
-        staged = tuple(batch * flag for flag in (staged or self._staged))
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           **self._options(stage, staged))
+                           **self._options(stage, batch))
 
     def plan(self, batch_size=None):
         """The plan this rank's part runs for mini-batches of ``batch_size`` (default: the one its buffers were
         made for, else the ``batch_size`` given): a stage's micro-batches, a shard's own widths."""
         batch = self._batch(batch_size)
         return stage_plan(self.sizes, self.lo, self.hi, self._rows(batch), self.dtype, self.strategy, self.order(),
-                          **self._options(self.places.stage, tuple(batch * flag for flag in self._staged)))
+                          **self._options(self.places.stage, batch))
 
     def _batch(self, batch_size):
         if batch_size is not None:
@@ -258,8 +255,7 @@ class Trainer:
                                                                         not isinstance(self.strategy, Fit)):
             return self._runner
         self._runner, order = None, self.order()                        # free the old buffers first
-        plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, order,
-                          **self._options(self.places.stage, staged))
+        plan = self.plan(batch)
         gc.collect()                       # the candidate plans' garbage, not to sit beside the step's buffers
         shard = None if self.sums is None else \
             (self.sums, self.cols, column_widths(self.stage_sizes[0], self.grid.tensor))
@@ -402,7 +398,7 @@ class Trainer:
         """One mini-batch through a whole part (one stage, one micro-batch) in one engine step, its gradient
         copied or added to the gradient buffer (its last through the buckets): ``(bad, loss)``."""
         engine, x = stage.engine, stage.columns(xb)
-        buckets = self._buckets if self._buckets_on() and last else None
+        buckets = self._buckets if last else None
         sent = stage.sent_bytes
         try:
             if buckets is None:
@@ -421,7 +417,7 @@ class Trainer:
         replica's own gradient is in it (else it adds zeros: no mini-batch, or one refused)."""
         if not mine:
             self._acc[...] = 0.0
-        if self._buckets_on():
+        if self._buckets is not None:
             if not mine and not self._buckets.requests:       # none posted yet: the loss was refused first
                 self._buckets.start_zeros()
             self._buckets.wait()
@@ -648,13 +644,14 @@ def _check_fused(fused, grid, micro, schedule):
 
 
 def _check_buckets(bucket_bytes, grid):
-    """``bucket_bytes`` checked: the sum of a whole net's gradient over its replicas."""
+    """``bucket_bytes`` checked: the sum of a whole net's gradient over its replicas (None with one replica,
+    which sums nothing)."""
     if bucket_bytes is None:
         return None
     bucket_bytes = check_positive_int(bucket_bytes, "bucket_bytes")
     if grid.pipeline > 1 or grid.tensor > 1:
         raise ValueError(f"bucket_bytes sums a whole net's gradient in buckets; {grid!r} splits the net")
-    return bucket_bytes
+    return bucket_bytes if grid.data > 1 else None
 
 
 def _digest(buffers):
