@@ -32,6 +32,7 @@ alternating runs, 2-core AMD EPYC Zen 5).
 Threads hold the crew's shared state, not the crew: a crew that is dropped
 without :meth:`Crew.close` still stops its threads when it is collected.
 """
+import functools
 import os
 import threading
 import time
@@ -43,22 +44,20 @@ from fastckpt.engine.sharing import WINDOW, Sharing, threads_for
 from fastckpt.kernels import add_in_turn, new_gate, raise_flag, wait_flag
 
 SPIN_SECONDS = 250e-6        # how long a waiting thread spins before it sleeps
-_spins = None
 
 
+@functools.cache
 def spins():
-    """The turns of :func:`~fastckpt.kernels.wait_flag` that take :data:`SPIN_SECONDS` on this CPU."""
-    global _spins
-    if _spins is None:
-        flags, turns, gate = np.zeros(1, dtype=np.int64), 4096, new_gate()
-        wait_flag(flags, 0, 1, 1, gate, 0)              # compiled before it is timed
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            wait_flag(flags, 0, 1, turns, gate, 0)
-            best = min(best, time.perf_counter() - start)
-        _spins = max(1, int(SPIN_SECONDS / max(best / turns, 1e-9)))
-    return _spins
+    """The turns of :func:`~fastckpt.kernels.wait_flag` that take :data:`SPIN_SECONDS` on this CPU (measured
+    once per process)."""
+    flags, turns, gate = np.zeros(1, dtype=np.int64), 4096, new_gate()
+    wait_flag(flags, 0, 1, 1, gate, 0)              # compiled before it is timed
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        wait_flag(flags, 0, 1, turns, gate, 0)
+        best = min(best, time.perf_counter() - start)
+    return max(1, int(SPIN_SECONDS / max(best / turns, 1e-9)))
 
 
 class _Room:
