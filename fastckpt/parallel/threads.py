@@ -169,8 +169,6 @@ class DataParallel:
                 raise
             return losses
 
-        if self._crew.closed:
-            raise RuntimeError("this DataParallel is closed; make a new one")
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
