@@ -71,9 +71,9 @@ def pieces(sizes, shards, shard, weights, biases, first=0):
             for i, (w, b, (rows, cols), row) in enumerate(zip(weights, biases, slices, row_split))]
 
 
-def take(sizes, shards, shard, weights, biases, whole_weights, whole_biases, first=0):
-    """Set a shard's ``weights`` and ``biases`` (views) from the whole net's lab-shaped arrays."""
-    _, _, slices = tensor_split(sizes, shards, shard)
+def take(slices, weights, biases, whole_weights, whole_biases, first=0):
+    """Set a shard's ``weights`` and ``biases`` (views) from the whole net's lab-shaped arrays, by its ``slices``
+    (:func:`~fastckpt.core.layout.tensor_split`'s)."""
     for i, (w, b, ((r0, r1), (c0, c1))) in enumerate(zip(weights, biases, slices)):
         w[...] = whole_weights[first + i][r0:r1, c0:c1]
         b[...] = np.asarray(whole_biases[first + i]).reshape(-1)[r0:r1]

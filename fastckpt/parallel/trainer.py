@@ -111,7 +111,7 @@ class Trainer:
                      optimizer_in_backward=optimizer_in_backward, transport=transport, batch_size=batch_size,
                      bucket_bytes=bucket_bytes, partition=partition, memory_limit=memory_limit)
         grid, wrong = _grid(grid)
-        self.group = Group(grid.comm if grid is not None else None)
+        self.group = Group(grid.comm)                    # _grid gives a grid even when refusing one
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.group.agree(wrong or self._checked(grid, net, given), "Trainer arguments")
         self.grid, self.net = grid, net
@@ -176,9 +176,9 @@ class Trainer:
         self.hi = self.lo + self.partition[places.stage]
         self.first, self.last = places.stage == 0, places.stage == grid.pipeline - 1
         self.stage_sizes = self.sizes[self.lo:self.hi + 1]
-        self.local, split, slices = tensor_split(self.stage_sizes, grid.tensor, places.shard, first=self.lo)
+        self.local, split, self.slices = tensor_split(self.stage_sizes, grid.tensor, places.shard, first=self.lo)
         self.row_split = split if grid.tensor > 1 else ()                   # split: the plan's and the forward's
-        self.cols = slices[0][1] if self.row_split and split[0] else None   # of the input, a row-split layer 0's
+        self.cols = self.slices[0][1] if self.row_split and split[0] else None  # of the input, a row-split layer 0's
         self.stage_acts = state_codes(self.activation, self.loss)[self.lo:self.hi + 1]
 
     def _hold(self):
@@ -189,9 +189,8 @@ class Trainer:
             return
         self.params = Parameters(self.local, self.dtype)
         weights, biases = self.params.layers()
-        _, _, slices = tensor_split(self.stage_sizes, self.grid.tensor, self.places.shard)
-        blocks = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(weights, slices)],
-                  "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(biases, slices)]}
+        blocks = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(weights, self.slices)],
+                  "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(biases, self.slices)]}
         draw(self.init, self.sizes, lambda kind, layer: blocks[kind][layer - self.lo]
              if self.lo <= layer < self.hi else None)
         self.optimizer_state = OptimizerState(self.optimizer, self.params)
@@ -574,7 +573,7 @@ class Trainer:
     def _take(self, buf, weights, biases):
         """Set this rank's part of ``buf`` (in its parameter layout) from the whole net's lab-shaped arrays."""
         mine_w, mine_b = layer_views(buf, self.local)
-        take(self.stage_sizes, self.grid.tensor, self.places.shard, mine_w, mine_b, weights, biases, first=self.lo)
+        take(self.slices, mine_w, mine_b, weights, biases, first=self.lo)
 
     @property
     def bytes_per_update(self):
