@@ -31,10 +31,12 @@ that comes between the flag and the collective (SIGINT lands anywhere), so the
 abort would be needed anyway.  :meth:`Group.errors` marks which errors are
 shared at each point of a trainer's call; everything else aborts.
 """
+import contextlib
 import hashlib
 import os
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -179,11 +181,19 @@ class Group:
         except ValueError as exc:
             raise everywhere(exc) from None
 
+    @contextlib.contextmanager
     def errors(self):
         """The context of one trainer call: an exception leaving it ends the job (:meth:`abort`) unless
         it is an instance of the context's ``shared`` classes (set as the call goes on), which every
         rank raises at the same point (NOTE [ No rank waits forever ])."""
-        return _Errors(self)
+        context = types.SimpleNamespace(shared=())
+        try:
+            yield context
+        except BaseException as exc:
+            if not isinstance(exc, context.shared):
+                self.abort(exc)
+            everywhere(exc)
+            raise
 
     def abort(self, exc):
         """End every rank of the job, naming this rank and ``exc``; returns only when this rank is alone."""
@@ -226,23 +236,6 @@ class Group:
                 if b is not None:
                     biases[layer][r0:r1, 0] = b
         return weights, biases
-
-
-class _Errors:
-    """See :meth:`Group.errors`."""
-
-    def __init__(self, group):
-        self.group, self.shared = group, ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if exc is not None:
-            if not isinstance(exc, self.shared):
-                self.group.abort(exc)
-            everywhere(exc)
-        return False
 
 
 def describe_data(data, name):
