@@ -104,10 +104,6 @@ class _Shared:
             with place.cond:
                 place.cond.notify_all()
 
-    def signal(self, i, value, room=0):
-        raise_flag(self.flags, i, value)
-        self.wake(room)
-
 
 class Stopped(Exception):
     """Another worker failed, so this one's turn never comes."""
@@ -152,7 +148,8 @@ def _serve(shared, w):
         except BaseException as exc:                # handed to the caller, who raises it
             shared.results[w] = (None, exc)
         call = None                                 # holds no job (nor what it refers to) while it waits
-        shared.signal(1 + w, seen)
+        raise_flag(shared.flags, 1 + w, seen)
+        shared.wake()                               # the caller waits for its workers in room 0
 
 
 def _outwait(shared, workers, generation):
