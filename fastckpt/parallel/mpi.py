@@ -93,12 +93,12 @@ def everywhere(exc):
     return exc
 
 
-def abort_job(comm, exc, prefix="fastckpt"):
-    """Print ``<prefix>: rank R of N failed: <exc>`` on stderr and end every rank with ``MPI_Abort``."""
+def abort_job(comm, exc):
+    """Print ``fastckpt: rank R of N failed: <exc>`` on stderr and end every rank with ``MPI_Abort``."""
     what = "interrupted (KeyboardInterrupt)" if isinstance(exc, KeyboardInterrupt) else \
         f"{type(exc).__name__}: {exc}"
     code = 130 if isinstance(exc, KeyboardInterrupt) else 2 if isinstance(exc, (ValueError, TypeError, OSError)) else 1
-    say(f"{prefix}: rank {comm.Get_rank()} of {comm.Get_size()} failed: {what}; ending the job")
+    say(f"fastckpt: rank {comm.Get_rank()} of {comm.Get_size()} failed: {what}; ending the job")
     comm.Abort(code)
     os._exit(code)                 # mpich's MPI_Abort may return before mpiexec kills this process
 

@@ -170,7 +170,7 @@ def _shard_parts(sub, rows, p, shards, first):
             "gathered_delta": gathered * item}
 
 
-def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local=None):
+def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local):
     """The bytes of a stage's inputs in flight, message buffers, BLAS and staging rows, by part."""
     item, sub = dtype.itemsize, tuple(sizes[lo:hi + 1])
     first, last = lo == 0, hi == len(sizes) - 1
@@ -180,7 +180,7 @@ def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, loc
         "stage_inputs": 0 if first else in_flight(order) * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
-        "blas": blas_bytes(local or sub, rows, threads, input_delta=not first),
+        "blas": blas_bytes(local, rows, threads, input_delta=not first),
         "staging": (staged[0] * sub[0] * first + staged[1] * sub[-1] * last) * item,   # x, y converted
     }
 
