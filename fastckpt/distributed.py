@@ -6,9 +6,8 @@ trains one net over ``D x P x T`` ranks (:mod:`fastckpt.parallel.trainer`).  ``M
 :class:`Trainer`.
 """
 from .parallel import MPITrainer, PipelineTrainer, TensorParallelTrainer, Trainer
-from .parallel.ending import abort_on_uncaught
 from .parallel.grid import Grid
-from .parallel.mpi import Group, mpi_world
+from .parallel.mpi import Group, abort_on_uncaught, mpi_world
 
 __all__ = ["Grid", "Group", "MPITrainer", "PipelineTrainer", "TensorParallelTrainer", "Trainer", "abort_on_uncaught",
            "mpi_world"]

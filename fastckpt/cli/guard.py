@@ -13,8 +13,7 @@ status is the OR of the ranks'.
 import atexit
 import os
 
-from fastckpt.parallel.ending import say
-from fastckpt.parallel.mpi import Group, launched_ranks, mpi_world
+from fastckpt.parallel.mpi import Group, launched_ranks, mpi_world, say
 
 _GUARD = None    # this process's RankGuard, once the command line has made one
 

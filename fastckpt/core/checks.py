@@ -51,6 +51,14 @@ def check_positive_int(value, name, minimum=1, maximum=None):
     return v
 
 
+def check_bool(value, name):
+    """``value`` as a bool if it is True or False (NumPy's too), else a TypeError naming ``name``: ``"no"``
+    is truthy, so a string would read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_nonnegative(value, name):
     """``value`` as a finite float >= 0; the errors name ``name`` and the value.  A bool is refused: to
     Python it is the number 1 or 0, but ``eps=True`` is a slip, not a setting; so is a string, which

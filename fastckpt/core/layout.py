@@ -48,6 +48,12 @@ def grad_bytes(sizes, itemsize):
     return [(b - a) * itemsize for a, b in zip(starts[:-1], starts[1:])]
 
 
+def column_widths(n, shards):
+    """The widths ``np.array_split`` gives ``n`` units over ``shards``."""
+    q, extra = divmod(n, shards)
+    return [q + (t < extra) for t in range(shards)]
+
+
 def tensor_split(sizes, shards, shard, first=0):
     """One tensor shard's part of a net of ``sizes`` split ``shards`` ways: ``(local, row_split, slices)``.
 
@@ -69,9 +75,8 @@ def tensor_split(sizes, shards, shard, first=0):
             raise ValueError(f"layer {layer + first} splits its {'inputs' if row else 'outputs'}, sizes[{k + first}] "
                              f"= {sizes[k]} units, over {shards} ranks, but every rank needs at least one; use at "
                              f"most {sizes[k]} rank{'s' * (sizes[k] > 1)} or widen that layer")
-        q, extra = divmod(int(sizes[k]), shards)          # as np.array_split: the first `extra` get q + 1
-        lo = shard * q + min(shard, extra)
-        part = (lo, lo + q + (shard < extra))
+        widths = column_widths(int(sizes[k]), shards)
+        part = (sum(widths[:shard]), sum(widths[:shard + 1]))
         slices.append(((0, int(sizes[k + 1])), part) if row else (part, (0, int(sizes[k - 1]))))
         if row and layer == 0:
             local[0] = part[1] - part[0]

@@ -29,7 +29,7 @@ import numpy as np
 
 from fastckpt.kernels import ADAM, MOMENTUM, counted_adam_step, counted_momentum_step
 
-from .checks import check_nonnegative, check_positive_int
+from .checks import check_bool, check_nonnegative, check_positive_int
 from .layout import layer_views
 
 MAX_STEPS = 2**63 - 2                  # the step kernels count in an int64, and the next step must fit it too
@@ -83,9 +83,7 @@ class Momentum(Optimizer):
 
     def __init__(self, momentum=0.9, nesterov=False):
         self.momentum = _fraction(momentum, "momentum")
-        if not isinstance(nesterov, (bool, np.bool_)):
-            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
-        self.nesterov = bool(nesterov)
+        self.nesterov = check_bool(nesterov, "nesterov")
 
     def settings(self):
         return {"momentum": self.momentum, "nesterov": self.nesterov}
@@ -209,6 +207,16 @@ class OptimizerState:
             if not ok:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
                                          "weights and state left unchanged")
+
+    def apply_mean(self, params, total, count, eta):
+        """:meth:`apply` with the mean of ``count`` gradients whose sum is ``total``: the lab's SGD folds the
+        mean into its step, any other optimizer scales ``total`` in place first."""
+        if self.optimizer.slots == 0:
+            self.apply(params, total, eta / count)
+            return
+        if count != 1:
+            total *= 1.0 / count
+        self.apply(params, total, eta)
 
     def kernel_args(self):
         """``(hyper, state)`` of the next step, for a run kernel's optimizer in the backward pass

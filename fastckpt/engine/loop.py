@@ -14,6 +14,7 @@ from fastckpt.core.checks import (
     as_batch,
     as_labels,
     as_targets,
+    check_bool,
     check_eta,
     check_finite_rows,
     check_in_range,
@@ -61,9 +62,7 @@ def batch_starts(n, mini_batch_size, drop_last=True, hint=True):
     """Starts of the mini-batches of ``n`` samples, in order, as a ``range`` (no object per minibatch: NOTE [ The
     whole run ]); warns about the samples the lab's rule skips (and, with ``hint``, that ``drop_last=False``
     trains on them)."""
-    if not isinstance(drop_last, (bool, np.bool_)):          # "no" is truthy: it would drop, as True does
-        raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
-    if not drop_last:
+    if not check_bool(drop_last, "drop_last"):               # "no" is truthy: it would drop, as True does
         return range(0, n, mini_batch_size)
     if n % mini_batch_size:
         warnings.warn(SkippedSamples(n % mini_batch_size, n, mini_batch_size, hint), stacklevel=3)

@@ -5,7 +5,7 @@ import numpy as np
 
 from fastckpt.core import fileformat
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import as_batch, check_dtype, check_eta, check_l2, check_sizes
+from fastckpt.core.checks import as_batch, check_bool, check_dtype, check_eta, check_l2, check_sizes
 from fastckpt.core.init import check_init, draw, whole
 from fastckpt.core.losses import check_loss
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
@@ -120,9 +120,7 @@ class Network(Predicting):
         self._l2 = check_l2(l2, len(sizes) - 1)
         self.activation = check_activation(activation, len(sizes) - 1)      # one name per hidden layer
         self._acts = state_codes(self.activation, self.loss)
-        if not isinstance(optimizer_in_backward, (bool, np.bool_)):
-            raise TypeError(f"optimizer_in_backward must be True or False, got {optimizer_in_backward!r}")
-        self.optimizer_in_backward = bool(optimizer_in_backward)
+        self.optimizer_in_backward = check_bool(optimizer_in_backward, "optimizer_in_backward")
         self.optimizer = parse_optimizer(optimizer)
         self.num_layers = len(sizes)
         self.sizes = list(sizes)

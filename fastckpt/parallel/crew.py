@@ -32,6 +32,7 @@ alternating runs, 2-core AMD EPYC Zen 5).
 Threads hold the crew's shared state, not the crew: a crew that is dropped
 without :meth:`Crew.close` still stops its threads when it is collected.
 """
+import functools
 import os
 import threading
 import time
@@ -40,27 +41,23 @@ import weakref
 import numpy as np
 
 from fastckpt.engine.sharing import WINDOW, Sharing, threads_for
-from fastckpt.kernels import new_gate, raise_flag, wait_flag
-
-from .turns import Stopped, Turns
+from fastckpt.kernels import add_in_turn, new_gate, raise_flag, wait_flag
 
 SPIN_SECONDS = 250e-6        # how long a waiting thread spins before it sleeps
-_spins = None
 
 
+@functools.cache
 def spins():
-    """The turns of :func:`~fastckpt.kernels.wait_flag` that take :data:`SPIN_SECONDS` on this CPU."""
-    global _spins
-    if _spins is None:
-        flags, turns, gate = np.zeros(1, dtype=np.int64), 4096, new_gate()
-        wait_flag(flags, 0, 1, 1, gate, 0)              # compiled before it is timed
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            wait_flag(flags, 0, 1, turns, gate, 0)
-            best = min(best, time.perf_counter() - start)
-        _spins = max(1, int(SPIN_SECONDS / max(best / turns, 1e-9)))
-    return _spins
+    """The turns of :func:`~fastckpt.kernels.wait_flag` that take :data:`SPIN_SECONDS` on this CPU (measured
+    once per process)."""
+    flags, turns, gate = np.zeros(1, dtype=np.int64), 4096, new_gate()
+    wait_flag(flags, 0, 1, 1, gate, 0)              # compiled before it is timed
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        wait_flag(flags, 0, 1, turns, gate, 0)
+        best = min(best, time.perf_counter() - start)
+    return max(1, int(SPIN_SECONDS / max(best / turns, 1e-9)))
 
 
 class _Room:
@@ -107,9 +104,32 @@ class _Shared:
             with place.cond:
                 place.cond.notify_all()
 
-    def signal(self, i, value, room=0):
-        raise_flag(self.flags, i, value)
-        self.wake(room)
+
+class Stopped(Exception):
+    """Another worker failed, so this one's turn never comes."""
+
+
+class Turns:
+    """Adds minibatch ``k``'s gradient to the sum after ``k - 1``'s (NOTE [ Deterministic reduction ] in
+    :mod:`fastckpt.parallel.threads`), through the crew's flags."""
+
+    def __init__(self, shared):
+        self.shared = shared
+
+    def add(self, total, k, grad, blocks, me=0):
+        """Worker ``me`` adds minibatch ``k``'s ``grad`` to ``total`` in its turn."""
+        shared = self.shared
+        while True:
+            seen = add_in_turn(shared.flags, k, total, grad, blocks, shared.spins, shared.gate, me)
+            if seen == k + 1:
+                shared.wake()
+                return
+            if seen < 0 or shared.wait(0, k, 0, me) < 0 or shared.flags[0] > k:
+                raise Stopped(f"minibatch {k}: another worker failed first")
+
+    def fail(self):
+        self.shared.flags[0] = -1
+        self.shared.wake()
 
 
 def _serve(shared, w):
@@ -128,7 +148,8 @@ def _serve(shared, w):
         except BaseException as exc:                # handed to the caller, who raises it
             shared.results[w] = (None, exc)
         call = None                                 # holds no job (nor what it refers to) while it waits
-        shared.signal(1 + w, seen)
+        raise_flag(shared.flags, 1 + w, seen)
+        shared.wake()                               # the caller waits for its workers in room 0
 
 
 def _outwait(shared, workers, generation):

@@ -20,6 +20,8 @@ and ``--data-parallel 2 --pipeline 2`` on 4 train the same net, to rounding.
 """
 from fastckpt.core.checks import check_positive_int
 
+from .mpi import Group, communicator
+
 
 class Grid:
     """``data x pipeline x tensor`` ranks of ``comm`` (see the module docstring).
@@ -36,9 +38,7 @@ class Grid:
         self.data = check_positive_int(data, "data")
         self.pipeline = check_positive_int(pipeline, "pipeline")
         self.tensor = check_positive_int(tensor, "tensor")
-        from .mpi import check_comm, mpi_world
-        MPI, world = mpi_world()
-        self.comm = world if comm is None else check_comm(comm, MPI)
+        self.comm = communicator(comm)[1]
         if self.comm.Get_size() != self.size:
             raise ValueError(f"{self!r} needs data x pipeline x tensor = {self.size} ranks; this communicator "
                              f"has {self.comm.Get_size()}")
@@ -47,9 +47,7 @@ class Grid:
     @classmethod
     def fill(cls, data=None, pipeline=None, tensor=None, comm=None):
         """The grid of ``comm`` whose one axis left as None takes the ranks the others leave."""
-        from .mpi import check_comm, mpi_world
-        MPI, world = mpi_world()
-        ranks = (world if comm is None else check_comm(comm, MPI)).Get_size()
+        ranks = communicator(comm)[1].Get_size()
         given = {axis: check_positive_int(n, axis) for axis, n in (("data", data), ("pipeline", pipeline),
                                                                     ("tensor", tensor)) if n is not None}
         left = [axis for axis in ("data", "pipeline", "tensor") if axis not in given]
@@ -94,7 +92,6 @@ class Places:
     rank of this replica); None where it would have one rank."""
 
     def __init__(self, grid):
-        from .mpi import Group
         world = grid.comm
         self.replica, self.stage, self.shard = grid.coords()
         self.replicas, self.stages, self.shards = grid.data, grid.pipeline, grid.tensor

@@ -3,7 +3,8 @@
 The trainer holds its communicator as a :class:`Group` and uses nothing of MPI but it and the grid's axes:
 :meth:`Group.agree` compares settings (or refuses one rank's error on every rank), :meth:`Group.errors` is
 the one "raise it everywhere or end the job" context, and :meth:`Group.gather_net` gathers the lab's
-weights from the ranks' pieces.
+weights from the ranks' pieces.  A rank ends the job through :func:`abort_job`, which says why on stderr,
+where mpiexec shows it; :func:`abort_on_uncaught` says whether an exception nothing caught does too.
 
 NOTE [ No rank waits forever ]
 Once one rank stops taking part in the collectives the others wait in them
@@ -30,16 +31,84 @@ that comes between the flag and the collective (SIGINT lands anywhere), so the
 abort would be needed anyway.  :meth:`Group.errors` marks which errors are
 shared at each point of a trainer's call; everything else aborts.
 """
+import contextlib
 import hashlib
 import os
+import sys
+import time
+import types
 
 import numpy as np
 
+from fastckpt.core.checks import check_bool
 from fastckpt.data.images import Images
 from fastckpt.engine.loop import pair
 from fastckpt.kernels import blas_threads, set_blas_threads
 
-from .ending import abort_job, everywhere, hook_uncaught
+UNCAUGHT = {"abort": os.environ.get("FASTCKPT_ABORT_ON_UNCAUGHT", "1").strip() != "0"}
+
+
+def abort_on_uncaught(on=True):
+    """Whether an exception that nothing catches ends the whole MPI job (the default) or only this rank.
+
+    NOTE [ An uncaught exception ends the job ]
+    Once fastckpt has touched MPI on a rank of a job of several (a ``Grid``, a
+    ``Group``, any trainer, ``mpi_world()``), Python's
+    ``sys.excepthook`` prints the traceback as usual and then calls ``MPI_Abort``
+    on ``MPI.COMM_WORLD`` (as ``python -m mpi4py`` does), so a user's script that
+    raises on one rank between two updates (a bad minibatch only that rank read),
+    or before the first trainer (a ``Grid`` that does not fit the job, made on
+    one rank), ends every rank within seconds instead of leaving the others in
+    their next collective forever.  An error every rank raised at the same point (settings or
+    a minibatch refused on every rank, NOTE [ No rank waits forever ]) ends each
+    rank on its own, as without MPI.  Exceptions a script catches are untouched.  Pass
+    ``on=False`` (or set ``FASTCKPT_ABORT_ON_UNCAUGHT=0`` before fastckpt is
+    imported) when the script handles rank failures itself.
+    """
+    UNCAUGHT["abort"] = check_bool(on, "on")
+
+
+def hook_uncaught(world):
+    """Chain :func:`abort_on_uncaught`'s hook in front of ``sys.excepthook``, once per process."""
+    previous = sys.excepthook
+    if getattr(previous, "fastckpt_world", None) is not None:
+        return
+
+    def hook(kind, exc, tb):
+        previous(kind, exc, tb)                 # the traceback, as without MPI
+        if UNCAUGHT["abort"] and not getattr(exc, "raised_on_every_rank", False):
+            abort_job(world, exc)
+
+    hook.fastckpt_world = world
+    sys.excepthook = hook
+
+
+def everywhere(exc):
+    """Mark ``exc`` as raised by every rank at the same point (an agreed error): the hook of
+    :func:`abort_on_uncaught` lets each rank end on its own then, with its traceback and no abort."""
+    try:
+        exc.raised_on_every_rank = True
+    except AttributeError:                      # an exception type without a __dict__
+        pass
+    return exc
+
+
+def abort_job(comm, exc):
+    """Print ``fastckpt: rank R of N failed: <exc>`` on stderr and end every rank with ``MPI_Abort``."""
+    what = "interrupted (KeyboardInterrupt)" if isinstance(exc, KeyboardInterrupt) else \
+        f"{type(exc).__name__}: {exc}"
+    code = 130 if isinstance(exc, KeyboardInterrupt) else 2 if isinstance(exc, (ValueError, TypeError, OSError)) else 1
+    say(f"fastckpt: rank {comm.Get_rank()} of {comm.Get_size()} failed: {what}; ending the job")
+    comm.Abort(code)
+    os._exit(code)                 # mpich's MPI_Abort may return before mpiexec kills this process
+
+
+def say(line):
+    """``line`` on stderr, given time to reach mpiexec: its proxy drops output still in flight at an abort."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+    time.sleep(0.2)
 
 
 def mpi_world():
@@ -69,12 +138,16 @@ def launched_ranks():
     return 1
 
 
-def check_comm(comm, MPI):
-    """``comm`` if it is an mpi4py intra-communicator, else a TypeError naming what it is."""
+def communicator(comm=None):
+    """``(MPI, comm)``: mpi4py's ``MPI`` and ``comm``, ``MPI.COMM_WORLD`` when None; a TypeError naming what
+    ``comm`` is unless it is an mpi4py intra-communicator."""
+    MPI, world = mpi_world()
+    if comm is None:
+        return MPI, world
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(f"comm must be an mpi4py communicator (MPI.COMM_WORLD or one split from it), got "
                         f"{type(comm).__name__} {comm!r}"[:200])
-    return comm
+    return MPI, comm
 
 
 _LOCAL_RANKS = {}                      # the world's ranks on this machine, once known
@@ -87,8 +160,7 @@ class Group:
     """
 
     def __init__(self, comm=None):
-        self.MPI, world = mpi_world()
-        self.comm = world if comm is None else check_comm(comm, self.MPI)
+        self.MPI, self.comm = communicator(comm)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
     def agree(self, mine, what="settings", differ="were started with different settings"):
@@ -109,23 +181,19 @@ class Group:
         except ValueError as exc:
             raise everywhere(exc) from None
 
-    def minibatch(self, check, x, y, eta):
-        """``check(x, y, eta)`` on this rank (the minibatch as this rank uses it), then agreed: every rank
-        raises the same ValueError if the shapes or eta differ between ranks, or if ``check`` raised a
-        ValueError or TypeError on any rank (a NaN in the part of the data only one rank reads, say)."""
-        try:
-            checked = check(x, y, eta)
-        except (ValueError, TypeError) as exc:
-            checked = exc
-        self.agree(checked if isinstance(checked, Exception) else
-                   {"minibatch shapes and eta": f"x {np.shape(x)}, y {np.shape(y)}, eta {eta!r}"}, "the minibatch")
-        return checked
-
+    @contextlib.contextmanager
     def errors(self):
         """The context of one trainer call: an exception leaving it ends the job (:meth:`abort`) unless
         it is an instance of the context's ``shared`` classes (set as the call goes on), which every
         rank raises at the same point (NOTE [ No rank waits forever ])."""
-        return _Errors(self)
+        context = types.SimpleNamespace(shared=())
+        try:
+            yield context
+        except BaseException as exc:
+            if not isinstance(exc, context.shared):
+                self.abort(exc)
+            everywhere(exc)
+            raise
 
     def abort(self, exc):
         """End every rank of the job, naming this rank and ``exc``; returns only when this rank is alone."""
@@ -168,23 +236,6 @@ class Group:
                 if b is not None:
                     biases[layer][r0:r1, 0] = b
         return weights, biases
-
-
-class _Errors:
-    """See :meth:`Group.errors`."""
-
-    def __init__(self, group):
-        self.group, self.shared = group, ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if exc is not None:
-            if not isinstance(exc, self.shared):
-                self.group.abort(exc)
-            everywhere(exc)
-        return False
 
 
 def describe_data(data, name):

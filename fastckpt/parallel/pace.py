@@ -19,6 +19,7 @@ the same order, its BLAS on one thread as every worker's is (NOTE
 every thread.
 """
 from collections import deque
+from statistics import median
 
 KEEP = 7            # the recent per-minibatch times kept for each count
 FIRST = 3           # times kept for a count before its median is trusted
@@ -78,20 +79,14 @@ class Pace:
                 self._decide()
         elif workers == self.current:
             self._since += 1
-        if all(len(kept) >= FIRST for kept in self.times.values()) and self._since % KEEP == 0:
+        if self._since % KEEP == 0:              # _decide waits until both counts have FIRST times
             self._decide()
 
     def _decide(self):
         if not all(len(kept) >= FIRST for kept in self.times.values()):
             return
-        medians = {count: _median(kept) for count, kept in self.times.items()}
+        medians = {count: median(kept) for count, kept in self.times.items()}
         self.current = min(medians, key=lambda count: (medians[count], -count))
         slow, fast = max(medians.values()), min(medians.values())
         self._look = LOOK * 4 if slow > FAR * fast else LOOK
         self._since = min(self._since, self._look)
-
-
-def _median(values):
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])

@@ -44,8 +44,7 @@ class ShardSums:
 
     def total(self, value):
         self._one[0] = value
-        self.comm.Allreduce(self.MPI.IN_PLACE, self._one)
-        self.sent += round(self.share * self._one.nbytes)
+        self.sum(self._one)
         return float(self._one[0])
 
     def gather_columns(self, part, whole, widths, scratch):
@@ -63,12 +62,6 @@ class ShardSums:
         self.sent += round(self.share / 2 * whole.nbytes)                 # an Allgather: half an Allreduce
 
 
-def column_widths(n, shards):
-    """The widths ``np.array_split`` gives ``n`` units over ``shards``."""
-    q, extra = divmod(n, shards)
-    return [q + (t < extra) for t in range(shards)]
-
-
 def pieces(sizes, shards, shard, weights, biases, first=0):
     """A shard's ``(layer, rows, cols, w, b)`` of its ``weights`` and ``biases`` (views of its parameters or of a
     buffer in their layout), as :meth:`~fastckpt.parallel.mpi.Group.gather_net` takes them: a row-split
@@ -78,9 +71,9 @@ def pieces(sizes, shards, shard, weights, biases, first=0):
             for i, (w, b, (rows, cols), row) in enumerate(zip(weights, biases, slices, row_split))]
 
 
-def take(sizes, shards, shard, weights, biases, whole_weights, whole_biases, first=0):
-    """Set a shard's ``weights`` and ``biases`` (views) from the whole net's lab-shaped arrays."""
-    _, _, slices = tensor_split(sizes, shards, shard)
+def take(slices, weights, biases, whole_weights, whole_biases, first=0):
+    """Set a shard's ``weights`` and ``biases`` (views) from the whole net's lab-shaped arrays, by its ``slices``
+    (:func:`~fastckpt.core.layout.tensor_split`'s)."""
     for i, (w, b, ((r0, r1), (c0, c1))) in enumerate(zip(weights, biases, slices)):
         w[...] = whole_weights[first + i][r0:r1, c0:c1]
         b[...] = np.asarray(whole_biases[first + i]).reshape(-1)[r0:r1]

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from fastckpt.core.checks import check_eta, check_positive_int
+from fastckpt.core.checks import check_bool, check_eta, check_positive_int
 from fastckpt.core.resources import check_fits, shown_bytes, thread_address_space
 from fastckpt.engine import Engine
 from fastckpt.engine.loop import batch_starts, check_training, run_epochs
@@ -73,9 +73,7 @@ class DataParallel:
         self.threads = check_positive_int(threads, "threads")
         check_fits(self.threads * (THREAD_BYTES + net.params.flat.nbytes) + (self.threads - 1) * thread_address_space(),
                    f"{self.threads} worker threads", "threads")
-        if not isinstance(adapt, (bool, np.bool_)):
-            raise TypeError(f"adapt must be True or False, got {adapt!r}")
-        adapt = bool(adapt)
+        adapt = check_bool(adapt, "adapt")
         self._crew = Crew(self.threads)               # NOTE [ Waking workers ]
         self._pace = Pace(self.threads) if adapt else None
         self.last_workers = None                      # the threads the last update ran on
@@ -171,8 +169,6 @@ class DataParallel:
                 raise
             return losses
 
-        if self._crew.closed:
-            raise RuntimeError("this DataParallel is closed; make a new one")
         with params.lock:                                       # the workers only read the parameters
             params.layers()                                     # pending assignments written here, not by a worker
             turns = self._crew.turns()                          # under the lock: one update's sum at a time
@@ -184,12 +180,7 @@ class DataParallel:
             self.last_workers = workers
             losses = sorted(loss for part in results for loss in part)
             self.last_loss = math.fsum(loss for _, loss in losses) / len(losses)
-            state = self.net.optimizer_state
-            if state.optimizer.slots == 0:
-                params.update(self._sum, eta / len(xs))        # the lab's SGD: the mean folded into the step
-            else:
-                self._sum *= 1.0 / len(xs)                     # the mean gradient, then the optimizer's step
-                state.apply(params, self._sum, eta)
+            self.net.optimizer_state.apply_mean(params, self._sum, len(xs), eta)
 
     def _run(self, work, workers, stop):
         """``work(w)`` for every worker, this thread as worker 0, BLAS on one thread meanwhile; their results

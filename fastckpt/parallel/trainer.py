@@ -33,7 +33,7 @@ import numpy as np
 from fastckpt.core.activations import check_activation, state_codes
 from fastckpt.core.checks import as_batch, as_labels, check_dtype, check_eta, check_l2, check_positive_int, check_sizes
 from fastckpt.core.init import check_init, draw
-from fastckpt.core.layout import layer_views, tensor_split
+from fastckpt.core.layout import column_widths, layer_views, tensor_split
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.core.optimizers import OptimizerState, parse_optimizer
 from fastckpt.core.params import Parameters
@@ -53,7 +53,7 @@ from .pipeline.runner import StageRunner
 from .pipeline.schedules import check_schedule, pending_weights, schedule, storage_slots
 from .pipeline.stage import Stage
 from .pipeline.transport import check_transport
-from .tensor import ShardSums, column_widths, pieces, take
+from .tensor import ShardSums, pieces, take
 
 MODE = "Trainer"
 
@@ -111,7 +111,7 @@ class Trainer:
                      optimizer_in_backward=optimizer_in_backward, transport=transport, batch_size=batch_size,
                      bucket_bytes=bucket_bytes, partition=partition, memory_limit=memory_limit)
         grid, wrong = _grid(grid)
-        self.group = Group(grid.comm if grid is not None else None)
+        self.group = Group(grid.comm)                    # _grid gives a grid even when refusing one
         self.MPI, self.comm = self.group.MPI, self.group.comm
         self.group.agree(wrong or self._checked(grid, net, given), "Trainer arguments")
         self.grid, self.net = grid, net
@@ -176,9 +176,9 @@ class Trainer:
         self.hi = self.lo + self.partition[places.stage]
         self.first, self.last = places.stage == 0, places.stage == grid.pipeline - 1
         self.stage_sizes = self.sizes[self.lo:self.hi + 1]
-        self.local, split, slices = tensor_split(self.stage_sizes, grid.tensor, places.shard, first=self.lo)
+        self.local, split, self.slices = tensor_split(self.stage_sizes, grid.tensor, places.shard, first=self.lo)
         self.row_split = split if grid.tensor > 1 else ()                   # split: the plan's and the forward's
-        self.cols = slices[0][1] if self.row_split and split[0] else None   # of the input, a row-split layer 0's
+        self.cols = self.slices[0][1] if self.row_split and split[0] else None  # of the input, a row-split layer 0's
         self.stage_acts = state_codes(self.activation, self.loss)[self.lo:self.hi + 1]
 
     def _hold(self):
@@ -189,9 +189,8 @@ class Trainer:
             return
         self.params = Parameters(self.local, self.dtype)
         weights, biases = self.params.layers()
-        _, _, slices = tensor_split(self.stage_sizes, self.grid.tensor, self.places.shard)
-        blocks = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(weights, slices)],
-                  "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(biases, slices)]}
+        blocks = {"weights": [(w, rows, cols) for w, (rows, cols) in zip(weights, self.slices)],
+                  "biases": [(b.reshape(1, -1), (0, 1), rows) for b, (rows, _) in zip(biases, self.slices)]}
         draw(self.init, self.sizes, lambda kind, layer: blocks[kind][layer - self.lo]
              if self.lo <= layer < self.hi else None)
         self.optimizer_state = OptimizerState(self.optimizer, self.params)
@@ -213,28 +212,25 @@ class Trainer:
     def _rows(self, batch):
         return -(-batch // self.micro_batches)
 
-    def _options(self, stage, staged):
-        """What a stage's plan and bytes depend on besides its layers and rows."""
+    def _options(self, stage, batch):
+        """What a stage's plan and bytes for mini-batches of ``batch`` depend on besides its layers and rows."""
         return dict(transport=self.transport, threads=self.blas_threads, slots=self.optimizer.slots,
-                    replicated=self.grid.data > 1, staged=staged, buckets=self._buckets_on(),
+                    replicated=self.grid.data > 1, staged=tuple(batch * flag for flag in self._staged),
+                    buckets=self.bucket_bytes is not None,
                     tensor=None if self.grid.tensor == 1 else (self.grid.tensor, self.places.shard),
                     fused=self.optimizer if self.fused else None)
 
-    def _buckets_on(self):
-        return self.bucket_bytes is not None and self.grid.data > 1
-
-    def _stage_bytes(self, stage, lo, hi, batch, staged=None):
+    def _stage_bytes(self, stage, lo, hi, batch):
         """Predicted bytes of stage ``stage`` holding layers ``lo .. hi-1``, for mini-batches of ``batch``."""
-        staged = tuple(batch * flag for flag in (staged or self._staged))
         return stage_bytes(self.sizes, lo, hi, self._rows(batch), self.dtype, self.strategy, self.order(stage),
-                           **self._options(stage, staged))
+                           **self._options(stage, batch))
 
     def plan(self, batch_size=None):
         """The plan this rank's part runs for mini-batches of ``batch_size`` (default: the one its buffers were
         made for, else the ``batch_size`` given): a stage's micro-batches, a shard's own widths."""
         batch = self._batch(batch_size)
         return stage_plan(self.sizes, self.lo, self.hi, self._rows(batch), self.dtype, self.strategy, self.order(),
-                          **self._options(self.places.stage, tuple(batch * flag for flag in self._staged)))
+                          **self._options(self.places.stage, batch))
 
     def _batch(self, batch_size):
         if batch_size is not None:
@@ -258,8 +254,7 @@ class Trainer:
                                                                         not isinstance(self.strategy, Fit)):
             return self._runner
         self._runner, order = None, self.order()                        # free the old buffers first
-        plan = stage_plan(self.sizes, self.lo, self.hi, rows, self.dtype, self.strategy, order,
-                          **self._options(self.places.stage, staged))
+        plan = self.plan(batch)
         gc.collect()                       # the candidate plans' garbage, not to sit beside the step's buffers
         shard = None if self.sums is None else \
             (self.sums, self.cols, column_widths(self.stage_sizes[0], self.grid.tensor))
@@ -306,7 +301,7 @@ class Trainer:
                 # a whole net on every rank: the same sum and weights everywhere, refused on all or none
                 errors.shared = FloatingPointError if self.grid.pipeline == self.grid.tensor == 1 else ()
                 if not self.fused:
-                    self._apply(total, eta, count)
+                    self.optimizer_state.apply_mean(self.params, total, count, eta)
                 self.stats["updates"] += 1
         return self.last_loss
 
@@ -361,8 +356,8 @@ class Trainer:
                 refused = exc
             differs = self._same_on_shards(None if refused else (x, y))          # every rank calls it
             refused = refused or differs
-            if self._refused_in_replica(refused is not None):      # no pass runs: the replica's ranks agree
-                return False, 0.0, 0.0, refused or ValueError("refused on another rank")
+            if refused is not None:              # on every rank of the replica alike: no pass runs
+                return False, 0.0, 0.0, refused
             if self.grid.pipeline == 1 and self.micro_batches == 1 and not self.fused:
                 failed, part = self._whole_step(runner.stage, xb, yb, k, last=k == len(xs) - 1)
             else:
@@ -376,15 +371,13 @@ class Trainer:
         """None, or a ValueError on every rank of this replica when its ranks were given different mini-batches
         (every stage and shard is given the whole ``x`` and ``y``; the first stage reads ``x``, the last ``y``):
         a CRC-32 of the ``(x, y)`` each was given, one ``Allreduce`` of two integers over the replica's ranks;
-        "refused on another rank" when another rank refused its own.  ``given``: ``(x, y)``, None if refused."""
+        "refused on another rank" when another rank refused its own.  ``given``: ``(x, y)``, None if refused.
+        So every rank of the replica knows whether any refused: its stages and shards exchange activations, so
+        they run a mini-batch's passes together or not at all."""
         comm = self.places.replica_comm
         if comm is None:
             return None
-        crc = -1
-        if given is not None:
-            crc = 0
-            for a in given:
-                crc = _crc32(a, crc)
+        crc = -1 if given is None else _crc32(given[1], _crc32(given[0], 0))     # of x, then y
         seen = np.array([crc, -crc], dtype=np.int64)
         comm.Allreduce(self.MPI.IN_PLACE, seen, op=self.MPI.MAX)
         most, least = seen[0], -seen[1]
@@ -396,19 +389,11 @@ class Trainer:
                           "mini-batches (every stage and tensor shard of a replica is given the whole x and y, in "
                           "the same dtype): give each the same")
 
-    def _refused_in_replica(self, mine):
-        """Whether any rank of this replica refused its mini-batch (``mine``: this one did): its stages and shards
-        exchange activations, so they run a mini-batch's passes together or not at all."""
-        comm = self.places.replica_comm
-        if comm is None:
-            return mine
-        return bool(comm.allreduce(int(mine), op=self.MPI.MAX))
-
     def _whole_step(self, stage, xb, yb, k, last):
         """One mini-batch through a whole part (one stage, one micro-batch) in one engine step, its gradient
         copied or added to the gradient buffer (its last through the buckets): ``(bad, loss)``."""
         engine, x = stage.engine, stage.columns(xb)
-        buckets = self._buckets if self._buckets_on() and last else None
+        buckets = self._buckets if last else None
         sent = stage.sent_bytes
         try:
             if buckets is None:
@@ -427,7 +412,7 @@ class Trainer:
         replica's own gradient is in it (else it adds zeros: no mini-batch, or one refused)."""
         if not mine:
             self._acc[...] = 0.0
-        if self._buckets_on():
+        if self._buckets is not None:
             if not mine and not self._buckets.requests:       # none posted yet: the loss was refused first
                 self._buckets.start_zeros()
             self._buckets.wait()
@@ -451,15 +436,6 @@ class Trainer:
             raise error
         raise (TypeError if first.startswith("TypeError") else ValueError)(f"the mini-batch refused on rank {rank}: "
                                                                             f"{first}")
-
-    def _apply(self, total, eta, count):
-        """The optimizer's step on this rank's part, from the sum of ``count`` mini-batches' mean gradients."""
-        if self.optimizer.slots == 0:
-            self.params.update(total, eta / count)
-            return
-        if count != 1:
-            total *= 1.0 / count
-        self.optimizer_state.apply(self.params, total, eta)
 
     # -- the whole net ---------------------------------------------------------------------
     def evaluate(self, x_test_data, y_test_data):
@@ -593,7 +569,7 @@ class Trainer:
     def _take(self, buf, weights, biases):
         """Set this rank's part of ``buf`` (in its parameter layout) from the whole net's lab-shaped arrays."""
         mine_w, mine_b = layer_views(buf, self.local)
-        take(self.stage_sizes, self.grid.tensor, self.places.shard, mine_w, mine_b, weights, biases, first=self.lo)
+        take(self.slices, mine_w, mine_b, weights, biases, first=self.lo)
 
     @property
     def bytes_per_update(self):
@@ -663,13 +639,14 @@ def _check_fused(fused, grid, micro, schedule):
 
 
 def _check_buckets(bucket_bytes, grid):
-    """``bucket_bytes`` checked: the sum of a whole net's gradient over its replicas."""
+    """``bucket_bytes`` checked: the sum of a whole net's gradient over its replicas (None with one replica,
+    which sums nothing)."""
     if bucket_bytes is None:
         return None
     bucket_bytes = check_positive_int(bucket_bytes, "bucket_bytes")
     if grid.pipeline > 1 or grid.tensor > 1:
         raise ValueError(f"bucket_bytes sums a whole net's gradient in buckets; {grid!r} splits the net")
-    return bucket_bytes
+    return bucket_bytes if grid.data > 1 else None
 
 
 def _digest(buffers):

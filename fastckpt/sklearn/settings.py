@@ -20,7 +20,7 @@ import numbers
 
 import numpy as np
 
-from fastckpt.core.checks import check_dtype, check_nonnegative, check_positive_int
+from fastckpt.core.checks import check_bool, check_dtype, check_nonnegative, check_positive_int
 from fastckpt.core.lr import InverseScaling
 from fastckpt.core.optimizers import Adam, Momentum
 from fastckpt.engine.stopping import EarlyStopping
@@ -35,12 +35,6 @@ def _choice(value, name, choices):
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
-
-
-def _flag(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
 
 
 def _between(value, name, low, high, closed_high=False):
@@ -79,7 +73,7 @@ def checked(est):
     out["eta"] = eta
     check_nonnegative(est.power_t, "power_t")
     for name in ("shuffle", "warm_start", "early_stopping", "nesterovs_momentum", "optimizer_in_backward"):
-        out[name] = _flag(getattr(est, name), name)
+        out[name] = check_bool(getattr(est, name), name)
     if est.n_iter_no_change != np.inf:
         check_positive_int(est.n_iter_no_change, "n_iter_no_change")
     _between(est.validation_fraction, "validation_fraction", 0, 1)
@@ -93,7 +87,7 @@ def optimizer(est):
         return Adam(betas=(_between(est.beta_1, "beta_1", 0, 1), _between(est.beta_2, "beta_2", 0, 1)),
                     eps=_positive(est.epsilon, "epsilon"))
     momentum = _between(est.momentum, "momentum", 0, 1)
-    return Momentum(momentum, nesterov=_flag(est.nesterovs_momentum, "nesterovs_momentum")) if momentum else "sgd"
+    return Momentum(momentum, nesterov=check_bool(est.nesterovs_momentum, "nesterovs_momentum")) if momentum else "sgd"
 
 
 def _positive(value, name):

@@ -2,7 +2,7 @@
 import numpy as np
 
 from fastckpt.core.checks import check_positive_int
-from fastckpt.core.layout import param_layout, tensor_split
+from fastckpt.core.layout import column_widths, param_layout, tensor_split
 from fastckpt.core.resources import shown_bytes
 from fastckpt.engine.workspace import stash_elems, workspace_delta_elems
 from fastckpt.planner import InfeasiblePlan, reshard, shard_plan
@@ -10,7 +10,6 @@ from fastckpt.planner import plan as make_plan
 from fastckpt.planner.costs import blas_bytes, layer_costs, sum_bytes
 from fastckpt.planner.strategies import Budget, Fit, format_bytes
 
-from ..tensor import column_widths
 from .links import SEND_BUFFERS
 from .schedules import in_flight, pending_weights, storage_slots
 from .stage import live_ranges
@@ -171,7 +170,7 @@ def _shard_parts(sub, rows, p, shards, first):
             "gathered_delta": gathered * item}
 
 
-def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local=None):
+def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, local):
     """The bytes of a stage's inputs in flight, message buffers, BLAS and staging rows, by part."""
     item, sub = dtype.itemsize, tuple(sizes[lo:hi + 1])
     first, last = lo == 0, hi == len(sizes) - 1
@@ -181,7 +180,7 @@ def _io_parts(sizes, lo, hi, rows, dtype, order, transport, threads, staged, loc
         "stage_inputs": 0 if first else in_flight(order) * rows * sub[0] * item,
         "send_buffers": SEND_BUFFERS * sum(c.nbytes for c in (out_codec, in_codec) if c is not None),
         "receive_buffers": sum(c.nbytes for c in (out_codec, in_codec) if c is not None and transport != "native"),
-        "blas": blas_bytes(local or sub, rows, threads, input_delta=not first),
+        "blas": blas_bytes(local, rows, threads, input_delta=not first),
         "staging": (staged[0] * sub[0] * first + staged[1] * sub[-1] * last) * item,   # x, y converted
     }
 

@@ -33,19 +33,11 @@ def storage_slots(order):
     for op, k in order:
         if op == "W":                            # the stash's, not the arena's (NOTE [ Zero bubble ])
             continue
-        if op == "F":
-            if owner is not None:
-                stored.add(owner)
-            owner = k
-            most = max(most, len(stored))
-        elif owner != k:
-            if owner is not None:
-                stored.add(owner)
-            most = max(most, len(stored))        # the evicted and the restored are both stored a moment
-            stored.discard(k)
-            owner = None
-        else:
-            owner = None
+        if owner is not None and owner != k:     # evicted: another micro-batch's pass overwrites the arena
+            stored.add(owner)
+        most = max(most, len(stored))            # the evicted and the restored are both stored a moment
+        stored.discard(k)                        # restored for its backward pass (a forward's k is not stored)
+        owner = k if op == "F" else None
     return most
 
 

@@ -74,11 +74,9 @@ class Stage:
 
     def __init__(self, plan, *, first_stage, last_stage, loss, l2, acts, slots, deferred=0, shard=None):
         self.plan = plan
-        self.first_stage, self.last_stage = first_stage, last_stage
-        sums, self.cols, self.widths = shard if shard is not None else (None, None, None)
+        self.sums, self.cols, self.widths = shard if shard is not None else (None, None, None)
         self.engine = Engine(plan, loss, l2, acts=acts, input_delta=not first_stage, given_delta=not last_stage,
-                             stash_slots=deferred, sums=sums)
-        self.sums = sums
+                             stash_slots=deferred, sums=self.sums)
         self.live = live_ranges(plan, loss=last_stage)
         self.live_elems = sum(hi - lo for lo, hi in self.live)
         self._storage = [np.empty(self.live_elems, dtype=plan.dtype) for _ in range(slots)]

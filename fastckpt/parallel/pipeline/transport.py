@@ -82,12 +82,11 @@ def decode_table(kind):
     codes = np.arange(65536, dtype=np.uint32)
     if kind == "bfloat16":
         table = (codes << 16).view(np.float32)
-        table.flags.writeable = False
-        return table
-    e, f = (codes >> 10) & 31, (codes & 1023).astype(np.float64)
-    mag = np.where(e == 0, np.ldexp(f, -24), np.ldexp(f + 1024, e.astype(np.int64) - 25))
-    mag[e == 31] = np.where(f[e == 31] == 0, np.inf, np.nan)
-    table = np.where(codes & 0x8000, -mag, mag).astype(np.float32)
+    else:
+        e, f = (codes >> 10) & 31, (codes & 1023).astype(np.float64)
+        mag = np.where(e == 0, np.ldexp(f, -24), np.ldexp(f + 1024, e.astype(np.int64) - 25))
+        mag[e == 31] = np.where(f[e == 31] == 0, np.inf, np.nan)
+        table = np.where(codes & 0x8000, -mag, mag).astype(np.float32)
     table.flags.writeable = False
     return table
 
@@ -167,8 +166,7 @@ class Codec:
         src = src[:r]
         msg = self._buffer_view(buf, r)
         if self.kind == "native":
-            ok = copy_finite(src, msg.reshape(r, self.width))
-            status = OK if ok else NONFINITE
+            status = OK if copy_finite(src, msg.reshape(r, self.width)) else NONFINITE
         elif self.kind == "int8":
             scales, q = self._int8_parts(msg, r)
             status = OK if int8_encode(src, scales, q) else NONFINITE
