@@ -78,6 +78,7 @@ def bad_data(tmp_path, mnist):
 # -- bad input: exit 2 ------------------------------------------------------------------------
 @pytest.mark.parametrize("args,fragment", [
     (["plan", "--strategy", "budget(" + "9" * 400 + "GiB)"], "is too many bytes to count"),
+    (["train", "--eta", "1e-400"], "argument --eta: is too small for a float64 (it would be 0), got '1e-400'"),
     (["train", "--eta", "nan"], "argument --eta: must be finite and >= 0, got 'nan'"),
     (["train", "--l2", "inf"], "argument --l2: must be finite and >= 0, got 'inf'"),
     (["compare", "--eta", "nan"], "argument --eta: must be finite and >= 0, got 'nan'"),

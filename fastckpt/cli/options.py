@@ -207,6 +207,8 @@ def rate(text):
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be finite and >= 0, got {text!r}")
+    if value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]):
+        raise argparse.ArgumentTypeError(f"is too small for a float64 (it would be 0), got {text!r}")
     return value
 
 
