@@ -105,6 +105,15 @@ def test_damaged_data_gets_one_line_and_exit_2(bad_data, command, case, fragment
     _one_line(_run(command, "--data", str(bad_data[case]), *NEVER_ENDS), 2, fragment)
 
 
+@pytest.mark.parametrize("args,flag", [(["train", "--resume"], "--resume"), (["predict"], "FILE"),
+                                       (["evaluate"], "FILE")])
+def test_a_damaged_net_file_is_named_by_its_flag(tmp_path, args, flag):
+    damaged = tmp_path / "net.npz"
+    damaged.write_bytes(b"PK\x03\x04 not a zip archive after all")
+    _one_line(_run(*args, str(damaged), *(NEVER_ENDS if args[0] == "train" else [])), 2,
+              f"{flag} {str(damaged)!r}: not a saved net: an .npz file is a zip archive, and this is not one")
+
+
 def test_missing_data_is_refused_before_anything(tmp_path):
     missing = tmp_path / "mnist.npz"
     _one_line(_run("train", "--data", str(missing), *NEVER_ENDS), 2, f"--data {str(missing)!r}: no such file")

@@ -8,6 +8,7 @@ import os
 import tempfile
 
 from fastckpt.core.files import npz_name
+from fastckpt.nets import load
 
 from .data import EMBEDDED
 
@@ -84,3 +85,15 @@ def _probe(folder, flag):
         raise ValueError(f"{flag}: cannot write in {folder!r}: {exc.strerror}") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def load_named(path, flag):
+    """The net saved at ``path``, its errors naming ``flag`` (``--resume``, ``FILE``) where the loader says
+    ``path``."""
+    try:
+        return load(path)
+    except ValueError as exc:
+        said = str(exc)
+        if said.startswith("path "):
+            raise ValueError(flag + said[len("path"):]) from None
+        raise

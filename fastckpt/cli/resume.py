@@ -20,13 +20,13 @@ import numpy as np
 
 from fastckpt.core.files import npz_name
 from fastckpt.core.lr import parse_lr_schedule
-from fastckpt.nets import load
 from fastckpt.nets.io import blank
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
 
 from .data import EMBEDDED, data_path, fingerprint
 from .options import grid_axes, on_ranks, pipeline_options
+from .paths import load_named
 
 SETTINGS = ("sizes", "dtype", "strategy", "loss", "l2", "batch_size", "eta", "seed", "data", "sgd_in_backward",
             "activation", "optimizer")
@@ -132,7 +132,7 @@ class Saver:
 def resumed(args):
     """The net and training state of ``--resume``, checked against ``args``, and the settings it fixes:
     ``(net, state, saved)``.  ``numpy.random`` is left where the file's run left it."""
-    net = load(args.resume)
+    net = load_named(args.resume, "--resume")
     state = net.training_state
     if state is None:
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "

@@ -13,10 +13,9 @@ import sys
 import numpy as np
 
 from fastckpt.data import load_mnist
-from fastckpt.nets import load
 
 from .data import CLASSES, EMBEDDED, data_name, data_path, recorded_data
-from .paths import npz_name
+from .paths import load_named, npz_name
 
 
 def evaluate(args):
@@ -73,7 +72,7 @@ def load_net(path):
     """The net saved at ``path`` (``.npz`` appended as numpy does), or a ValueError naming FILE."""
     if not os.path.isfile(path) and not os.path.isfile(npz_name(path)):
         raise ValueError(f"FILE {path!r}: no such file")
-    return load(path if os.path.isfile(path) else npz_name(path))
+    return load_named(path if os.path.isfile(path) else npz_name(path), "FILE")
 
 
 def _data(args, net):
