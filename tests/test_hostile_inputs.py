@@ -218,7 +218,16 @@ def test_predict_names_the_file_and_the_row_of_a_nan(tmp_path):
     x[7, 3] = np.nan
     np.save(tmp_path / "x.npy", x)
     said = _one_line_error(_run("predict", "n.npz", "--data", "x.npy", cwd=tmp_path))
-    assert "--data 'x.npy' holds NaN or inf (first at row 7, column 3), which no net can classify" in said
+    assert ("--data 'x.npy' holds NaN or inf, or a number past float64's range (first at row 7, column 3), which no "
+            "net can classify") in said
+    wide = np.zeros((3, 784), dtype=np.longdouble)
+    wide[2, 5] = np.longdouble("1e400")                   # finite in longdouble, inf as the float64 the net reads
+    np.save(tmp_path / "wide.npy", wide)
+    said = _one_line_error(_run("predict", "n.npz", "--data", "wide.npy", cwd=tmp_path))
+    assert "--data 'wide.npy' holds NaN or inf, or a number past float64's range (first at row 2, column 5)" in said
+    np.save(tmp_path / "none.npy", np.zeros((0, 784)))
+    said = _one_line_error(_run("predict", "n.npz", "--data", "none.npy", cwd=tmp_path))
+    assert "--data 'none.npy': holds no rows (shape (0, 784)); give at least one sample" in said
 
 
 def test_a_file_made_after_the_command_line_checked_is_never_replaced(tmp_path):

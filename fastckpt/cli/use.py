@@ -104,14 +104,17 @@ def _inputs(path, n_in):
     if x.ndim != 2 or x.shape[1] != n_in or x.dtype.kind not in "fiu":
         raise ValueError(f"--data {path!r}: holds {x.dtype} of shape {x.shape}; the net takes rows of {n_in} "
                          "real numbers, one sample per row")
+    if x.shape[0] == 0:
+        raise ValueError(f"--data {path!r}: holds no rows (shape {x.shape}); give at least one sample")
     if x.dtype == np.uint8:                                     # as train and evaluate read uint8 images
         return x / 255.0
     if x.dtype.kind in "iu":
         raise ValueError(f"--data {path!r}: holds {x.dtype}; give floats as the net was trained on them, or "
                          "uint8 bytes (read as bytes / 255, as train reads uint8 images)")
     for i in range(0, x.shape[0], 4096):                       # in chunks: no temporary the size of the file
-        bad = np.argwhere(~np.isfinite(x[i:i + 4096]))
+        with np.errstate(over="ignore"):                       # a longdouble past float64's range is inf here
+            bad = np.argwhere(~np.isfinite(np.asarray(x[i:i + 4096], dtype=np.float64)))
         if len(bad):
-            raise ValueError(f"--data {path!r} holds NaN or inf (first at row {i + int(bad[0][0])}, column "
-                             f"{int(bad[0][1])}), which no net can classify")
+            raise ValueError(f"--data {path!r} holds NaN or inf, or a number past float64's range (first at row "
+                             f"{i + int(bad[0][0])}, column {int(bad[0][1])}), which no net can classify")
     return np.asarray(x, dtype=np.float64)
