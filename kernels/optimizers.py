@@ -2,8 +2,9 @@
 
 Each step reads and writes only the index ranges ``blocks`` (k, 2) (the gaps are alignment
 padding), computes in float64 and stores in the buffers' dtype.  A step that would make a
-parameter or a state value NaN or inf in that dtype changes nothing and returns False (a first
-pass checks, a second writes).  The formulas are PyTorch's (``torch.optim.SGD`` with momentum
+parameter or a state value NaN or inf in that dtype, or whose Adam denominator overflows
+float64 (the update would silently be 0), changes nothing and returns False (a first pass
+checks, a second writes).  The formulas are PyTorch's (``torch.optim.SGD`` with momentum
 and no dampening, ``torch.optim.Adam``, ``torch.optim.AdamW``); :mod:`fastckpt.core.optimizers`
 documents them.
 
@@ -145,13 +146,15 @@ def momentum_step(p, g, buf, eta, mu, nesterov, blocks):
 
 @inline
 def _adam(p, g, m, v, eta, beta1, beta2, eps, coupled, decoupled, correction1, correction2):
-    """(new parameter, new m, new v) of one element."""
+    """(new parameter, new m, new v, the update's denominator) of one element.  The denominator is checked too:
+    ``v / correction2`` past float64's range makes it inf and the update 0, a finite but wrong result."""
     pi = np.float64(p)
     gi = np.float64(g) + coupled * pi
     mi = beta1 * np.float64(m) + (1.0 - beta1) * gi
     vi = beta2 * np.float64(v) + (1.0 - beta2) * gi * gi
     pi = pi - eta * decoupled * pi
-    return pi - eta * (mi / correction1) / (math.sqrt(vi / correction2) + eps), mi, vi
+    denominator = math.sqrt(vi / correction2) + eps
+    return pi - eta * (mi / correction1) / denominator, mi, vi, denominator
 
 
 @inline
@@ -164,17 +167,17 @@ def _adam_range(p, g, m, v, lo, g_lo, n, eta, beta1, beta2, eps, weight_decay, d
     pp, gg, mm, vv = p[lo:lo + n], g[g_lo:g_lo + n], m[lo:lo + n], v[lo:lo + n]   # indexed from 0: vectorises
     if write:
         for i in range(n):
-            pp[i], mm[i], vv[i] = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
-                                        correction1, correction2)
+            pp[i], mm[i], vv[i], _ = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
+                                           correction1, correction2)
         return 0
     top = min(_largest(p), _largest(m), _largest(v))
     if _within_adam(pp, gg, mm, vv, n, _adam_safe(eta, beta1, beta2, eps, weight_decay, correction1, correction2, top)):
         return 0                                       # NOTE [ The check before an update ]
     bad = 0
     for i in range(n):
-        new_p, new_m, new_v = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
-                                    correction1, correction2)
-        bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v)
+        new_p, new_m, new_v, denominator = _adam(pp[i], gg[i], mm[i], vv[i], eta, beta1, beta2, eps, coupled, decay,
+                                                 correction1, correction2)
+        bad |= _bad(new_p, p) | _bad(new_m, m) | _bad(new_v, v) | np.int64((denominator - denominator) != 0.0)
     return bad
 
 

@@ -15,6 +15,7 @@ from fastckpt import Network, NetworkWithCheckpointing
     ([True, 10], TypeError, r"sequence of integers, got \[True, 10\]"),        # an index to Python, not a width
     ({784: 1, 10: 2}, TypeError, r"sequence of integers, got dict \{784: 1, 10: 2\}"),     # keys: no layer order
     ({784, 10}, TypeError, "sequence of integers, got set"),
+    (b"\x05\x03", TypeError, "sequence of integers, got bytes"),                  # bytes, not widths
     ([10, 2**40], MemoryError, r"sizes \[10, 1099511627776\]: the parameters alone take 96757023244288 bytes "
                                r"\(88.00 TiB\) in float64, more than this machine's memory"),
     ([10, 2**70], MemoryError, r"sizes \[10, 1180591620717411303424\]: the parameters alone take"),

@@ -396,6 +396,9 @@ def test_the_step_kernels_refuse_exactly_the_updates_that_go_non_finite(rng, nam
                 want = naive.adam_update(*wide, t, eta, (beta1, beta2), eps, decay, decoupled)
         written = [arrays[0]] + arrays[2:]                # the parameters and the state: g is only read
         finite = _twin_finite(want, [a.dtype for a in written])
+        if name == "adam":                                # and the denominator: inf would make the update 0
+            with np.errstate(all="ignore"):
+                finite = finite and bool(np.isfinite(np.sqrt(want[2] / hyper[7]) + hyper[3]).all())
         assert ok == finite, (case, hyper, scale, safe)
         seen["applied" if ok else "refused"] += 1
         if not ok:
@@ -406,3 +409,22 @@ def test_the_step_kernels_refuse_exactly_the_updates_that_go_non_finite(rng, nam
                 np.testing.assert_allclose(a, np.asarray(b).astype(a.dtype), rtol=1e-5 if dtype == np.float32
                                            else 1e-12, atol=0)
     assert seen["short"] > 300 and seen["refused"] > 50 and seen["applied"] > 300, seen
+
+
+def test_an_adam_step_whose_denominator_overflows_is_refused_not_zero():
+    """``v / (1 - beta2**t)`` past float64's range: the denominator is inf and the update would be 0, every result
+    finite and wrong (PyTorch's sqrt(v) / sqrt(c2) gives p = 0.99684 here)."""
+    from fastckpt.kernels import adam_step
+    p, g, m, v = (np.array([x]) for x in (1.0, 1e153, 0.0, 1e306))
+    before = [a.copy() for a in (p, g, m, v)]
+    assert not adam_step(p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, False, 0.1, 0.001, np.array([[0, 1]]))
+    for a, b in zip((p, g, m, v), before):
+        np.testing.assert_array_equal(a, b)
+    net = Network([1, 1], optimizer="adam")
+    net.optimizer_state.buffers[1][:] = 1e306
+    state = [np.array(a) for a in list(net.weights) + list(net.biases) + net.optimizer_state.buffers]
+    with pytest.raises(FloatingPointError, match="the adam update would make a parameter or its state NaN or inf, "
+                                                 "or overflow on its way; weights and state left unchanged"):
+        net.update_mini_batch(np.ones((1, 1)), np.ones((1, 1)), 0.1)
+    for a, b in zip(state, list(net.weights) + list(net.biases) + net.optimizer_state.buffers):
+        np.testing.assert_array_equal(a, b)

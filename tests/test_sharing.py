@@ -2,10 +2,12 @@
 the looks that apply it, the switches that turn it off, and plans that count the threads asked for."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 from fastckpt.kernels import blas_threads, blas_threads_running
 
@@ -182,9 +184,19 @@ def test_more_threads_than_the_library_runs_are_refused_and_change_nothing():
     buffers for threads that never run."""
     before, auto = blas_threads(), sharing.SHARING.auto
     with pytest.raises(ValueError, match=r"BLAS threads must be at most \d+, the most the BLAS library runs, "
-                                         r"got 99999"):
+                                         r"got 99999") as info:
         sharing.fix_threads(99999)
     assert blas_threads() == before and sharing.SHARING.auto == auto
+    most = int(re.search(r"at most (\d+)", str(info.value)).group(1))
+    for n in (2**32, 2**32 + most, 2**64):                # past a C int: named as they are, not wrapped around
+        with pytest.raises(ValueError, match=f"at most {most}, the most the BLAS library runs, got {n}$"):
+            sharing.fix_threads(n)
+    sharing.fix_threads(np.int64(1))                      # numpy's integers are counts too
+    assert blas_threads() == 1
+    if auto:
+        sharing.fix_threads(None)
+    else:
+        sharing.fix_threads(before)
     proc = subprocess.run([sys.executable, "-m", "fastckpt", "plan", "--blas-threads", "99999"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "--blas-threads: BLAS threads must be at most" in proc.stderr, proc.stderr

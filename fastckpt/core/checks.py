@@ -13,7 +13,7 @@ _MAX = float(np.finfo(np.float64).max)
 
 def check_sizes(sizes):
     """Layer widths as a tuple of positive ints."""
-    if isinstance(sizes, (Mapping, Set)):                            # their order is not the layers' order
+    if isinstance(sizes, (Mapping, Set, bytes, bytearray, memoryview)):   # no layer order, or bytes, not widths
         raise TypeError(f"sizes must be a sequence of integers, got {type(sizes).__name__} {sizes!r}")
     try:
         out = tuple(sizes)                                          # an iterator too, read once

@@ -205,8 +205,8 @@ class OptimizerState:
                                        opt.eps, opt.weight_decay, opt.decoupled, 1.0 - beta1 ** t, 1.0 - beta2 ** t,
                                        params.blocks, self._steps)
             if not ok:
-                raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf; "
-                                         "weights and state left unchanged")
+                raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf, "
+                                         "or overflow on its way; weights and state left unchanged")
 
     def apply_mean(self, params, total, count, eta):
         """:meth:`apply` with the mean of ``count`` gradients whose sum is ``total``: the lab's SGD folds the

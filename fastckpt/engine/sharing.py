@@ -31,11 +31,13 @@ GEMMs differently on one thread and on two (``(100 x 784) @ (784 x 40)`` does,
 in the last bit), so under ``auto`` the load can change a weight's last bits.
 """
 import contextlib
+import operator
 import os
 import threading
 import time
 import warnings
 
+import numpy as np
 import psutil
 
 from fastckpt.kernels import blas_threads, blas_threads_running, run_blas_threads, set_blas_threads
@@ -114,10 +116,16 @@ def fix_threads(n):
         SHARING.auto, SHARING.last = True, None
         set_blas_threads(LIBRARY_THREADS)
         return
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    try:
+        if isinstance(n, (bool, np.bool_)):
+            raise TypeError
+        n = operator.index(n)
+    except TypeError:
+        raise ValueError(f"BLAS threads must be a whole number >= 1, got {n!r}") from None
+    if n < 1:
         raise ValueError(f"BLAS threads must be a whole number >= 1, got {n!r}")
     before = blas_threads()
-    set_blas_threads(n)
+    set_blas_threads(min(n, 2**31 - 1))                      # a C int: a larger count would wrap around
     if blas_threads_running() not in (0, n):                 # the library ran its most instead: not n
         most = blas_threads_running()
         set_blas_threads(before)
