@@ -57,8 +57,8 @@ class Parameters:
         self.sizes = check_sizes(sizes)
         self.dtype = check_dtype(dtype)
         elems = param_layout(self.sizes, self.dtype.itemsize)[1]
-        if elems * self.dtype.itemsize > machine_bytes():
-            need = elems * self.dtype.itemsize
+        need = elems * self.dtype.itemsize
+        if need > machine_bytes():
             raise MemoryError(f"sizes {list(self.sizes)}: the parameters alone take {need} bytes ({shown_bytes(need)}) "
                               f"in {self.dtype.name}, more than this machine's memory ({shown_bytes(machine_bytes())})")
         self._flat = np.zeros(elems, dtype=self.dtype)
