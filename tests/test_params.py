@@ -336,9 +336,9 @@ def test_an_engine_step_is_one_call_from_gradients_to_update(rng, monkeypatch):
     x, y = rng.random((5, 4)), rng.random((5, 2))
     real = type(net.params).update
 
-    def meddle(params, grad, eta):                       # another caller, between the gradients and the update
+    def meddle(params, grad, eta, **how):                # another caller, between the gradients and the update
         engine.gradients(Network([4, 3, 2]).params, x, y)
-        real(params, grad, eta)
+        real(params, grad, eta, **how)
     monkeypatch.setattr(type(net.params), "update", meddle)
     with pytest.raises(RuntimeError, match="already running a step"):
         engine.sgd(net.params, x, y, 0.5)
@@ -426,3 +426,18 @@ def _copies_of_one_moment(make, x, y, digest):
                      c.optimizer_state.steps))
     trainer.join()
     assert seen and all(p == m == s for p, m, s in seen), [t for t in seen if len(set(t)) > 1][:3]
+
+
+def test_one_engine_across_batch_sizes_rates_and_verbs_equals_a_fresh_engine_each_step(rng):
+    # the engine writes its record values only when they change (NOTE [ A short step ]): a step after
+    # another batch size, rate, scale or verb must see its own values, as a net built for it does
+    a = Network([5, 4, 3], l2=1e-2)
+    b = copy.deepcopy(a)
+    for batch, eta in [(7, 0.5), (3, 0.1), (7, 0.0), (1, 2.0), (3, 0.1), (3, 0.3)]:
+        x, y = rng.random((batch, 5)), rng.random((batch, 3))
+        a.update_mini_batch(x, y, eta)
+        a.engine(7).gradients(a.params, x[:2], y[:2], scale=0.25)            # another verb in between
+        b = copy.deepcopy(b)                                                 # a copy has no engine yet
+        b.update_mini_batch(x, y, eta)
+        np.testing.assert_array_equal(a.params.flat, b.params.flat)
+        assert a.last_loss == b.last_loss

@@ -34,7 +34,7 @@ class Staging:
         y, or neither); the others are returned checked but as they are.
         Finiteness is not checked here: the step's own kernel does it.
         """
-        if _ready(x, n_in, self.dtype) and _ready(y, n_out, self.dtype) and x.shape[0] == y.shape[0] <= self.rows:
+        if ready(x, n_in, self.dtype) and ready(y, n_out, self.dtype) and x.shape[0] == y.shape[0] <= self.rows:
             return x, y                                   # rows as the kernels take them: nothing to check or copy
         x_name, y_name = names
         xb = as_batch(x, n_in, x_name, "input")
@@ -75,7 +75,7 @@ class Staging:
         return stage
 
 
-def _ready(a, width, dtype):
+def ready(a, width, dtype):
     """Whether ``a`` is already (batch >= 1, width) C-contiguous rows of ``dtype`` (a plain ndarray)."""
     return type(a) is np.ndarray and a.ndim == 2 and a.shape[1] == width and a.shape[0] > 0 and \
         a.dtype == dtype and a.flags.c_contiguous

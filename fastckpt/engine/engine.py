@@ -30,6 +30,15 @@ Megatron-LM's RowParallelLinear does inside the layer) and goes on; a column-spl
 layer's input delta is summed the same way after its backward op.  The L2 penalty of
 the loss is each shard's own part, totalled by ``sums.total``.  The kernels never
 communicate; the engine never knows what a sum is made of.
+
+NOTE [ A short step ]
+A step's Python runs right after its GEMMs have filled the caches, where each of its lines costs
+several times what it costs in a loop of its own: on the lab net (Zen 3, 2026-11-29) the same step's
+Python took ~70 us more than a bare kernel call after a GEMM, against ~10 us in a warm loop.  So the
+common step does the least it can: a net whose rows are ready reuses its engine without reading
+them twice, an engine remembers the parameters it has checked, the record values a pass writes are
+written only when they change (the kernels never write them), and the SGD update is not checked again
+for what the engine knows (its own gradient buffer, a checked rate).
 """
 import threading
 
@@ -42,6 +51,7 @@ from fastckpt.core.layout import layer_views, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
 from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, Floats, Ints, Net, Table, new_gate, runner
 
+from .batches import ready
 from .sharing import tick
 from .workspace import Workspace
 
@@ -140,6 +150,8 @@ class Engine:
         self._weights_table = ws.weights_table() if stash_slots else None
         self._rows = np.zeros((plan.batch_size, 0), dtype=plan.dtype)    # a batch's rows, for the WEIGHTS ops
         self._busy = threading.Lock()
+        self._fits = None                        # the last Parameters _check passed (their sizes never change)
+        self._written = None                     # the record values the last pass wrote (NOTE [ A short step ])
 
     # -- public verbs ----------------------------------------------------------------------
     @property
@@ -200,8 +212,9 @@ class Engine:
         self._check(params)
         with self._running():
             if not self.plan.optimizer_in_backward:
-                loss = self._step(params, x, y, names, "gradients", self.grad)
-                params.update(self.grad, eta)
+                grad = self.workspace.gradients()
+                loss = self._step(params, x, y, names, "gradients", grad)
+                params.update(grad, eta, checked=True)
                 return loss
             with whole():                                    # NOTE [ A whole step ]
                 return self._step(params, x, y, names, "sgd", None, eta=eta)
@@ -288,6 +301,11 @@ class Engine:
         """Where the delta of a stage's output goes before :meth:`backward` (``given_delta``)."""
         return self.workspace.delta(self.plan.n_layers, rows)
 
+    def takes(self, x):
+        """Whether ``x`` is already rows this engine's plan holds: C-contiguous (batch, n_in) of its dtype, with
+        ``batch`` at most the plan's (a caller with such rows needs no other engine)."""
+        return ready(x, self.plan.sizes[0], self.plan.dtype) and x.shape[0] <= self.plan.batch_size
+
     def kernel(self, mode, accumulate=False):
         """The run kernel of this engine's activations for ``mode`` (:data:`fastckpt.kernels.MODES`), made for
         adding into an accumulator with ``accumulate`` (NOTE [ Run kernels made to measure ])."""
@@ -303,10 +321,13 @@ class Engine:
 
     # -- the step --------------------------------------------------------------------------
     def _check(self, params):
+        if params is self._fits:
+            return
         plan = self.plan
         if tuple(params.sizes) != plan.sizes or params.dtype != plan.dtype:
             raise ValueError(f"params are for {list(params.sizes)} in {params.dtype.name}, but this engine's plan "
                              f"is for {list(plan.sizes)} in {plan.dtype.name}")
+        self._fits = params
 
     def _running(self):
         """The engine's lock, for a ``with`` block around one step.  Refused at once when another caller holds
@@ -345,19 +366,21 @@ class Engine:
         ws = self.workspace
         table = ws.table if table is None else table
         floats, ints, net = ws.floats, ws.ints, ws.net
-        n = self.plan.n_layers
-        floats[Floats.SCALE] = 1.0 / xb.shape[0] if scale is None else scale
-        floats[Floats.ETA] = 0.0 if eta is None else eta
         if self._l2_on and self._l2_written != l2:          # written at first: the engine's own l2
-            floats[Floats.L2:Floats.L2 + n] = self.l2 if l2 else 0.0
+            floats[Floats.L2:Floats.L2 + self.plan.n_layers] = self.l2 if l2 else 0.0
             self._l2_written = l2
-        floats[Floats.PENALTY] = self.penalty(params.layers()[0]) if check and l2 and self._l2_on else 0.0
+        written = (1.0 / xb.shape[0] if scale is None else scale, 0.0 if eta is None else eta,
+                   self.penalty(params.layers()[0]) if check and l2 and self._l2_on else 0.0,
+                   acc_mode, self.me, ws.layer_grad_at, ws.slot_at(slot) if slot is not None else 0)
+        if written != self._written:                       # NOTE [ A short step ]
+            floats[Floats.SCALE], floats[Floats.ETA], floats[Floats.PENALTY] = written[:3]
+            ints[Ints.ACC_MODE], ints[Ints.ME], ints[Ints.LAYER_GRAD_AT], ints[Ints.STASH_AT] = written[3:]
+            self._written = written
+        ints[Ints.CHECK] = check
         state_rows = self._no_state
         if state is not None:
             hyper, state_rows = state.kernel_args()
             floats[Floats.HYPER:Floats.HYPER + len(hyper)] = hyper
-        ints[Ints.ACC_MODE], ints[Ints.ME], ints[Ints.LAYER_GRAD_AT] = acc_mode, self.me, ws.layer_grad_at
-        ints[Ints.CHECK], ints[Ints.STASH_AT] = check, ws.slot_at(slot) if slot is not None else 0
         self._counts.fill(0)
         if self.trace is not None:
             table[:, Table.RAN] = 0

@@ -212,11 +212,12 @@ class Network(Predicting):
         FloatingPointError and leaves the parameters (and the state) as they were.
         """
         eta = check_eta(eta)
-        names = ("x_mini_batch", "y_mini_batch")
         with self.params.lock:
-            engine = self._engine_for(x_mini_batch, names[0])
+            engine = self._engine
+            if engine is None or not engine.takes(x_mini_batch):
+                engine = self._engine_for(x_mini_batch, "x_mini_batch")
             self.last_loss = engine.step(self.params, x_mini_batch, y_mini_batch, eta, self.optimizer_state,
-                                         names=names)
+                                         names=("x_mini_batch", "y_mini_batch"))
 
     def cost_derivative(self, output_activations, y):
         return output_activations - y
