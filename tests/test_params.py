@@ -336,9 +336,9 @@ def test_an_engine_step_is_one_call_from_gradients_to_update(rng, monkeypatch):
     x, y = rng.random((5, 4)), rng.random((5, 2))
     real = type(net.params).update
 
-    def meddle(params, grad, eta, **how):                # another caller, between the gradients and the update
+    def meddle(params, grad, eta):                       # another caller, between the gradients and the update
         engine.gradients(Network([4, 3, 2]).params, x, y)
-        real(params, grad, eta, **how)
+        real(params, grad, eta)
     monkeypatch.setattr(type(net.params), "update", meddle)
     with pytest.raises(RuntimeError, match="already running a step"):
         engine.sgd(net.params, x, y, 0.5)
@@ -441,3 +441,69 @@ def test_one_engine_across_batch_sizes_rates_and_verbs_equals_a_fresh_engine_eac
         b.update_mini_batch(x, y, eta)
         np.testing.assert_array_equal(a.params.flat, b.params.flat)
         assert a.last_loss == b.last_loss
+
+
+def test_a_scale_given_as_an_array_and_changed_in_place_is_read_again(rng):
+    # the engine compares the values it last wrote: an array changed in place must not pass for the old value
+    net = Network([6, 5, 3])
+    x, y = rng.random((10, 6)), rng.random((10, 3))
+    ref = copy.deepcopy(net)
+    ref.engine(10).gradients(ref.params, x, y, scale=2.0)
+    want = ref.engine(10).grad.copy()
+    engine, scale = net.engine(10), np.array(1.0)
+    engine.gradients(net.params, x, y, scale=scale)
+    scale[...] = 2.0
+    engine.gradients(net.params, x, y, scale=scale)
+    blocks = [slice(a, b) for a, b in net.params.blocks]
+    for block in blocks:
+        np.testing.assert_array_equal(engine.grad[block], want[block])
+    engine.gradients(net.params, x, y, scale=2.0)
+    for block in blocks:
+        np.testing.assert_array_equal(engine.grad[block], want[block])
+    for bad in ("2", float("nan"), -1.0, np.array([1.0, 2.0])):
+        with pytest.raises((TypeError, ValueError), match="scale must be"):
+            engine.gradients(net.params, x, y, scale=bad)
+
+
+def test_an_optimizer_state_of_another_net_is_refused_before_any_step(rng):
+    net = Network([6, 5, 3], optimizer="momentum")
+    x, y = rng.random((10, 6)), rng.random((10, 3))
+    before = net.params.flat.copy()
+    for other in (Network([6, 4, 3], optimizer="momentum"), Network([6, 5, 3], optimizer="adam", dtype=np.float32)):
+        for fused in (False, True):
+            engine = Network([6, 5, 3], optimizer="momentum", optimizer_in_backward=fused).engine(10)
+            with pytest.raises(ValueError, match="state is for .* parameters .* give each net its own"):
+                engine.step(net.params, x, y, 0.1, other.optimizer_state)
+        with pytest.raises(ValueError, match="give each net its own optimizer state"):
+            other.optimizer_state.apply(net.params, net.params.new_buffer(), 0.1)
+    np.testing.assert_array_equal(net.params.flat, before)
+    with pytest.raises(TypeError, match="params must be a net's Parameters .* got str"):
+        net.engine(10).sgd("params", x, y, 0.1)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_step_whose_input_is_a_view_of_what_it_writes_steps_as_on_a_copy(rng, fused):
+    net = Network([4, 6, 5, 4], optimizer_in_backward=fused)
+    x_all, y_all = rng.random((10, 4)), rng.random((10, 4))
+    engine = net.engine(10)
+    engine.gradients(net.params, x_all, y_all)
+    with pytest.raises(ValueError, match="out must be a buffer of its own"):
+        engine.gradients(net.params, x_all, y_all, out=engine.grad)
+    for x in (engine.grad[:8].reshape(2, 4), engine.workspace.work[:8].reshape(2, 4)):
+        ref = copy.deepcopy(net)
+        ref.update_mini_batch(x.copy(), y_all[:2], 0.5)
+        net.update_mini_batch(x, y_all[:2], 0.5)
+        np.testing.assert_array_equal(net.params.flat, ref.params.flat)
+    y = engine.workspace.work[:8].reshape(2, 4)                 # the targets too
+    ref = copy.deepcopy(net)
+    ref.update_mini_batch(x_all[:2], y.copy(), 0.5)
+    net.update_mini_batch(x_all[:2], y, 0.5)
+    np.testing.assert_array_equal(net.params.flat, ref.params.flat)
+    out = net.params.new_buffer()                              # an accumulator whose memory is the input
+    x = out[:8].reshape(2, 4)
+    x[...] = x_all[:2]
+    want = copy.deepcopy(net).engine(10)
+    want.gradients(net.params, x.copy(), y_all[:2])
+    engine.gradients(net.params, x, y_all[:2], out=out)
+    for a, b in net.params.blocks:
+        np.testing.assert_array_equal(out[a:b], want.grad[a:b])

@@ -192,6 +192,7 @@ class OptimizerState:
         if opt.slots == 0:
             params.update(grad, eta)
             return
+        self.check_fits(params)
         params.check_buffer(grad, "grad")
         eta = check_nonnegative(eta, "eta")
         with params.lock:
@@ -207,6 +208,14 @@ class OptimizerState:
             if not ok:
                 raise FloatingPointError(f"the {opt.name} update would make a parameter or its state NaN or inf, "
                                          "or overflow on its way; weights and state left unchanged")
+
+    def check_fits(self, params):
+        """Refuse ``params`` unless this state is in their layout and dtype (the kernels index both alike)."""
+        n, dtype = self.state.shape[1], self.state.dtype
+        if n != params.flat.shape[0] or dtype != params.dtype:
+            raise ValueError(f"this {self.optimizer.name} state is for {n} parameters in {dtype.name}, but the "
+                             f"parameters are {params.flat.shape[0]} in {params.dtype.name} (sizes "
+                             f"{list(params.sizes)}): give each net its own optimizer state")
 
     def apply_mean(self, params, total, count, eta):
         """:meth:`apply` with the mean of ``count`` gradients whose sum is ``total``: the lab's SGD folds the

@@ -135,13 +135,11 @@ class Parameters:
                 self._pending[(kind, i)] = arr.copy() if np.may_share_memory(arr, self._flat) else arr
             self._flush()
 
-    def update(self, grad, eta, *, checked=False):
+    def update(self, grad, eta):
         """``flat -= eta * grad`` over the blocks, unless a parameter would become NaN or inf in the
-        stored dtype: then nothing changes and FloatingPointError is raised.  ``checked``: ``grad`` and
-        ``eta`` are known good (an engine's own gradients and a checked rate), so they are not checked again."""
-        if not checked:
-            self.check_buffer(grad, "grad")
-            eta = check_eta(eta)
+        stored dtype: then nothing changes and FloatingPointError is raised."""
+        self.check_buffer(grad, "grad")
+        eta = check_eta(eta)
         with self.lock:
             if not sgd_step(self.flat, grad, eta, self.blocks):
                 raise FloatingPointError("the update would make a parameter NaN or inf; weights left unchanged")

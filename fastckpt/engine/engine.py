@@ -36,19 +36,20 @@ A step's Python runs right after its GEMMs have filled the caches, where each of
 several times what it costs in a loop of its own: on the lab net (Zen 3, 2026-11-29) the same step's
 Python took ~70 us more than a bare kernel call after a GEMM, against ~10 us in a warm loop.  So the
 common step does the least it can: a net whose rows are ready reuses its engine without reading
-them twice, an engine remembers the parameters it has checked, the record values a pass writes are
-written only when they change (the kernels never write them), and the SGD update is not checked again
-for what the engine knows (its own gradient buffer, a checked rate).
+them twice, an engine remembers the parameters it has checked, and the record values a pass writes are
+written only when they change (the kernels never write them; every value is a Python number, compared by
+value, so a caller's array given as ``scale`` and changed in place since is never taken for the old one).
 """
 import threading
 
 import numpy as np
 
 from fastckpt.core.activations import check_activation, state_codes
-from fastckpt.core.checks import check_eta, check_finite, check_l2
+from fastckpt.core.checks import check_eta, check_finite, check_l2, check_nonnegative
 from fastckpt.core.interrupts import whole
 from fastckpt.core.layout import layer_views, param_layout
 from fastckpt.core.losses import check_loss, l2_penalty
+from fastckpt.core.params import Parameters
 from fastckpt.kernels import BAD_INPUT, BAD_LOSS, BAD_UPDATE, OK, Floats, Ints, Net, Table, new_gate, runner
 
 from .batches import ready
@@ -194,7 +195,8 @@ class Engine:
         self._check(params)
         if out is not None:
             params.check_buffer(out, "out")
-            if np.may_share_memory(out, params.flat) or np.may_share_memory(out, self.workspace.activations):
+            if np.may_share_memory(out, params.flat) or np.may_share_memory(out, self.workspace.work) or \
+                    np.may_share_memory(out, self.grad):
                 raise ValueError("out must be a buffer of its own, not the parameters' nor the engine's workspace")
         mode = 0 if out is None else 2 if add else 1
         with self._running():
@@ -214,7 +216,7 @@ class Engine:
             if not self.plan.optimizer_in_backward:
                 grad = self.workspace.gradients()
                 loss = self._step(params, x, y, names, "gradients", grad)
-                params.update(grad, eta, checked=True)
+                params.update(grad, eta)
                 return loss
             with whole():                                    # NOTE [ A whole step ]
                 return self._step(params, x, y, names, "sgd", None, eta=eta)
@@ -234,6 +236,7 @@ class Engine:
         eta = check_eta(eta)
         self._check(params)
         fused = self.plan.optimizer_in_backward
+        state.check_fits(params)
         if fused and state.optimizer != self.plan.optimizer:
             raise ValueError(f"this engine's plan applies {self.plan.optimizer} in the backward pass, not "
                              f"{state.optimizer}")
@@ -323,6 +326,8 @@ class Engine:
     def _check(self, params):
         if params is self._fits:
             return
+        if not isinstance(params, Parameters):
+            raise TypeError(f"params must be a net's Parameters (net.params), got {type(params).__name__}")
         plan = self.plan
         if tuple(params.sizes) != plan.sizes or params.dtype != plan.dtype:
             raise ValueError(f"params are for {list(params.sizes)} in {params.dtype.name}, but this engine's plan "
@@ -345,8 +350,10 @@ class Engine:
         tick()                                                # NOTE [ Threads on a shared machine ]
         plan, ws = self.plan, self.workspace
         xb, yb = ws.staging.minibatch(x, y, plan.sizes[0], plan.sizes[-1], names)
-        if plan.optimizer_in_backward and np.may_share_memory(xb, params.flat):    # read after layers above step
-            xb = ws.staging.copied(xb, names[0])
+        if self._written_by_step(xb, acc) or plan.optimizer_in_backward and np.may_share_memory(xb, params.flat):
+            xb = ws.staging.copied(xb, names[0])             # read after the step has written there
+        if self._written_by_step(yb, acc):
+            yb = ws.staging.copied(yb, names[1])
         status, loss = self._pass(params, xb, yb, (0, len(ws.table)), mode, grads=grads, eta=eta, state=state,
                                   acc=acc, acc_mode=acc_mode, cuts=cuts, after=after, scale=scale, check=True)
         if status == BAD_INPUT:
@@ -359,6 +366,12 @@ class Engine:
             raise self._bad_update(status - BAD_UPDATE, state)
         return loss
 
+    def _written_by_step(self, arr, acc):
+        """Whether a step writes memory that ``arr`` (a minibatch) is in: the workspace, this engine's own
+        gradient buffers or the accumulator ``acc``."""
+        return any(buf is not None and np.may_share_memory(arr, buf)
+                   for buf in (self.workspace.work, self._grad, self._w_grads, acc))
+
     def _pass(self, params, xb, yb, span, mode, *, grads=None, eta=None, state=None, acc=None, acc_mode=0, cuts=(),
               after=None, scale=None, l2=True, slot=None, table=None, check=False):
         """Rows ``span`` of the table (or of ``table``) in ``mode`` (:data:`fastckpt.kernels.MODES`), a kernel call
@@ -369,7 +382,8 @@ class Engine:
         if self._l2_on and self._l2_written != l2:          # written at first: the engine's own l2
             floats[Floats.L2:Floats.L2 + self.plan.n_layers] = self.l2 if l2 else 0.0
             self._l2_written = l2
-        written = (1.0 / xb.shape[0] if scale is None else scale, 0.0 if eta is None else eta,
+        scale = 1.0 / xb.shape[0] if scale is None else check_nonnegative(scale, "scale")   # a float: compared by value
+        written = (scale, 0.0 if eta is None else eta,
                    self.penalty(params.layers()[0]) if check and l2 and self._l2_on else 0.0,
                    acc_mode, self.me, ws.layer_grad_at, ws.slot_at(slot) if slot is not None else 0)
         if written != self._written:                       # NOTE [ A short step ]
