@@ -369,8 +369,10 @@ class Engine:
     def _written_by_step(self, arr, acc):
         """Whether a step writes memory that ``arr`` (a minibatch) is in: the workspace, this engine's own
         gradient buffers or the accumulator ``acc``."""
-        return any(buf is not None and np.may_share_memory(arr, buf)
-                   for buf in (self.workspace.work, self._grad, self._w_grads, acc))
+        ours = (self.workspace.work, self._grad, self._w_grads)        # arrays of their own memory
+        if acc is None and arr.base is None:                           # so is arr: only itself can be one
+            return any(arr is b for b in ours)
+        return any(b is not None and np.may_share_memory(arr, b) for b in (*ours, acc))
 
     def _pass(self, params, xb, yb, span, mode, *, grads=None, eta=None, state=None, acc=None, acc_mode=0, cuts=(),
               after=None, scale=None, l2=True, slot=None, table=None, check=False):
