@@ -33,8 +33,9 @@ communicate; the engine never knows what a sum is made of.
 
 NOTE [ A short step ]
 A step's Python runs right after its GEMMs have filled the caches, where each of its lines costs
-several times what it costs in a loop of its own: on the lab net (Zen 3, 2026-11-29) the same step's
-Python took ~70 us more than a bare kernel call after a GEMM, against ~10 us in a warm loop.  So the
+several times what it costs in a loop of its own: on the lab net (Zen 3, 2026-11-29), timed right after
+a GEMM, the whole step took 90-150 us more than a bare kernel call and update, against ~10 us in a warm
+loop.  So the
 common step does the least it can: a net whose rows are ready reuses its engine without reading
 them twice, an engine remembers the parameters it has checked, and the record values a pass writes are
 written only when they change (the kernels never write them; every value is a Python number, compared by
