@@ -36,23 +36,23 @@ def adam(n):
     return median_us(lambda: adam_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, False, 0.1, 0.001, blocks))
 
 
-def friedman_gemms(batch=200):
+def step_gemms(sizes, batch):
+    """The GEMMs of one step of a net of ``sizes`` at ``batch`` rows, float64: each layer's forward and weight
+    gradient, and every delta but the input's; the median microseconds of one step."""
     rng = np.random.default_rng(0)
-    x, w1, w2, w3 = rng.random((batch, 10)), rng.random((10, 128)), rng.random((128, 64)), rng.random((64, 1))
-    h1, h2, out = np.empty((batch, 128)), np.empty((batch, 64)), np.empty((batch, 1))
-    d3, d2, d1 = rng.random((batch, 1)), np.empty((batch, 64)), np.empty((batch, 128))
-    g1, g2, g3 = np.empty((10, 128)), np.empty((128, 64)), np.empty((64, 1))
+    acts = [rng.random((batch, n)) for n in sizes]
+    ws = [rng.random((a, b)) for a, b in zip(sizes[:-1], sizes[1:])]
+    deltas = [rng.random((batch, n)) for n in sizes[1:]]
+    grads = [np.empty_like(w) for w in ws]
 
     def step():
-        np.matmul(x, w1, out=h1)
-        np.matmul(h1, w2, out=h2)
-        np.matmul(h2, w3, out=out)
-        np.matmul(h2.T, d3, out=g3)
-        np.matmul(d3, w3.T, out=d2)
-        np.matmul(h1.T, d2, out=g2)
-        np.matmul(d2, w2.T, out=d1)
-        np.matmul(x.T, d1, out=g1)
-    return median_us(step, calls=1000)
+        for i, w in enumerate(ws):
+            np.matmul(acts[i], w, out=acts[i + 1])
+        for i in range(len(ws) - 1, -1, -1):
+            np.matmul(acts[i].T, deltas[i], out=grads[i])
+            if i:
+                np.matmul(deltas[i], ws[i].T, out=deltas[i - 1])
+    return median_us(step, calls=max(20, int(2e9 / (batch * sum(a * b for a, b in zip(sizes, sizes[1:])) * 6))))
 
 
 def main():
@@ -62,7 +62,9 @@ def main():
           f"command: python benchmarks/step_parts.py {' '.join(sys.argv[1:])}")
     for n in (9729, 235146):
         print(f"adam_step, {n} float64 parameters: {adam(n):.1f} us")
-    print(f"the GEMMs of one make_friedman1 (128, 64) step at batch 200: {friedman_gemms():.0f} us")
+    print(f"the GEMMs of one make_friedman1 (128, 64) step at batch 200: {step_gemms([10, 128, 64, 1], 200):.0f} us")
+    print(f"the GEMMs of one Fashion-MNIST (256, 128) step at batch 256: "
+          f"{step_gemms([784, 256, 128, 10], 256):.0f} us")
 
 
 if __name__ == "__main__":
