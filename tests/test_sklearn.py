@@ -198,6 +198,37 @@ def test_partial_fit_and_warm_start_go_on(rng):
     assert not np.array_equal(first[0], warm.coefs_[0])
 
 
+@pytest.mark.parametrize("change", [{"strategy": "sqrt"}, {"optimizer_in_backward": True},
+                                    {"strategy": "revolve(1)", "optimizer_in_backward": True}])
+@pytest.mark.parametrize("solver", ["adam", "sgd"])
+def test_partial_fit_after_a_new_strategy_goes_on_with_the_optimizer(rng, change, solver):
+    """A strategy or the optimizer in backward changed between partial fits builds the net anew, but the
+    optimizer goes on: Adam's moments and step count, momentum's velocity, bit for bit the partial fits of an
+    estimator whose settings did not change (strategies change no number)."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8, 6), random_state=0, solver=solver, learning_rate_init=0.01)
+    changed, same = MLPRegressor(**common), MLPRegressor(**common)
+    for model in (changed, same):
+        model.partial_fit(x, y)
+    changed.set_params(**change)
+    for model in (changed, same):
+        model.partial_fit(x, y)
+        model.partial_fit(x, y)
+    assert changed.net_.optimizer_state.steps == same.net_.optimizer_state.steps
+    for a, b in zip(changed.coefs_ + changed.intercepts_, same.coefs_ + same.intercepts_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(changed.loss_curve_, same.loss_curve_)
+
+
+def test_an_update_that_overflows_names_the_settings_that_sized_it(rng):
+    """A huge alpha overflows the first update: the error names alpha and learning_rate_init with their values
+    (it named only learning_rate_init)."""
+    x, y = _regression(rng, n=50)
+    reg = MLPRegressor(hidden_layer_sizes=(4,), alpha=1e300, max_iter=2, random_state=0)
+    with pytest.raises(ValueError, match=r"learning_rate_init \(got 0\.001\) or alpha \(got 1e\+300\)"):
+        reg.fit(x, y)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

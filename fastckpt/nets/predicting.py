@@ -29,10 +29,6 @@ class Predicting:
         check_finite(arr, name)
         return arr, layout
 
-    @staticmethod
-    def _shape_like(out, layout):
-        return shaped_like(out, layout)
-
     def _in_chunks(self, x, name, consume):
         with self.params.lock:                                 # every chunk sees the same parameters
             in_chunks(self.params, self._acts, x, name, consume)

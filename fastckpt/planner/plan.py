@@ -302,8 +302,3 @@ def shard_plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, shards,
     widest, row_split, _ = tensor_split(check_sizes(sizes), shards, 0)
     chosen = plan(widest, batch_size, dtype, strategy, row_split=row_split, **options)
     return chosen if shard == 0 else reshard(chosen, tensor_split(sizes, shards, shard)[0])
-
-
-def _count(n, noun):
-    """``n`` and ``noun``, plural unless one: "1 layer", "3 layers"."""
-    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"

@@ -74,7 +74,7 @@ class BaseMLP(BaseEstimator):
         rng = check_random_state(self.random_state)
         if first:
             self._initialize(X.shape[1], settings, rng)
-        elif self._rebuilt(settings):                      # a setting changed since: the weights, a new net
+        elif self._rebuilt(settings, incremental):         # a setting changed since: the weights, a new net
             pass
         elif not incremental:                              # a warm start: a new optimizer, as scikit-learn's
             self.net_.optimizer_state = OptimizerState(self.net_.optimizer, self.net_.params)
@@ -103,10 +103,13 @@ class BaseMLP(BaseEstimator):
                 "dtype": np.dtype(settings["dtype"]).name, "strategy": str(settings["strategy"]),
                 "solver": repr(settings["optimizer"]), "optimizer_in_backward": settings["optimizer_in_backward"]}
 
-    def _rebuilt(self, settings):
+    def _rebuilt(self, settings, incremental):
         """On a warm start or a partial fit after ``set_params``: the net built anew with the changed settings
         and the fitted weights (in the new dtype), with a new optimizer (True); False when nothing it is built
-        with changed.  Other layers than the fitted ones are refused (scikit-learn's MLPs cannot go on either)."""
+        with changed.  A partial fit keeps its optimizer's state (in the new dtype) unless the solver changed:
+        scikit-learn's ``partial_fit`` goes on with its optimizer, and a new strategy or dtype is no reason to
+        forget Adam's moments.  Other layers than the fitted ones are refused (scikit-learn's MLPs cannot go
+        on either)."""
         was, now = getattr(self, "_built", None), self._built_with(settings)
         if was is None or was == now:                      # (an estimator pickled before this was recorded)
             self._built = now
@@ -122,6 +125,10 @@ class BaseMLP(BaseEstimator):
                                                    optimizer_in_backward=settings["optimizer_in_backward"])
         self.net_.weights = [w.astype(dtype) for w in old.weights]
         self.net_.biases = [b.astype(dtype) for b in old.biases]
+        kept, state = old.optimizer_state, self.net_.optimizer_state
+        if incremental and kept.optimizer.name == state.optimizer.name:
+            state.state[...] = kept.state
+            state.steps = kept.steps
         self._built = now
         return True
 
@@ -168,7 +175,8 @@ class BaseMLP(BaseEstimator):
                     on_epoch=self._said if self.verbose else None)
         except FloatingPointError as exc:
             raise ValueError(f"{exc}: the input may hold values too large for these settings; scale it (for "
-                             "example with sklearn.preprocessing.StandardScaler) or lower learning_rate_init") from exc
+                             "example with sklearn.preprocessing.StandardScaler), or lower learning_rate_init (got "
+                             f"{self.learning_rate_init!r}) or alpha (got {self.alpha!r})") from exc
         history = net.history
         self.n_iter_ = len(history["loss"])
         self._epochs += self.n_iter_
