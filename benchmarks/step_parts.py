@@ -1,4 +1,4 @@
-"""Two parts of a scikit-learn-sized step timed alone: the Adam kernel, and the GEMMs of a make_friedman1 step.
+"""Two parts of a scikit-learn-sized step timed alone: the Adam kernel, and the GEMMs of one step.
 
     python benchmarks/step_parts.py
 
@@ -6,7 +6,8 @@
   (9,729) and of ``MLPClassifier((256, 128))`` on Fashion-MNIST (235,146), float64; the median of 7 runs of 500
   steps.  Run it in two checkouts to compare kernels.
 * The eight GEMMs of one ``make_friedman1`` step, ``(128, 64)`` at batch 200, through numpy's BLAS (three
-  forward, three weight gradients, two deltas): the floor under any step of that net on this BLAS.
+  forward, three weight gradients, two deltas), and those of one Fashion-MNIST step, ``(256, 128)`` at batch
+  256: the floor under any step of these nets on this BLAS.
 
 Prints the CPU, AVX-512 or not, the BLAS and its core type, the versions, the date and the command.
 """
