@@ -50,6 +50,7 @@ def test_a_resumed_run_with_adam_shuffle_and_validation_goes_on_bit_for_bit(tmp_
 @pytest.mark.parametrize("flags,said", [
     (["--threads", "2", "--shuffle"], "--shuffle 0 trains one process's net; with --threads or --parallel-batches"),
     (["--threads", "2", "--validation", "0.1"], "--validation 0.1 trains one process's net"),
+    (["--threads", "2", "--save-best", "lab"], "--save-best lab trains one process's net"),    # a file named lab
     (["--validation", "1.5"], "argument --validation: must be a fraction between 0 and 1 (exclusive), got '1.5'"),
     (["--activation", "softplus"], "argument --activation: invalid choice: 'softplus'"),
 ])

@@ -262,11 +262,6 @@ def fraction(text):
     return value
 
 
-def shuffle_seed(text):
-    """``--shuffle``'s optional seed: an integer from 0 to 2**32 - 1."""
-    return seed(text)
-
-
 def lr_schedule(text):
     """``--lr-schedule``: constant, step(N[, gamma]) or cosine[(T[, eta_min])], checked and kept as its spelling."""
     try:

@@ -61,10 +61,11 @@ def commands_list(top):
 # -- option groups --------------------------------------------------------------------------------
 def _common(p, sizes=True):
     if sizes:
-        p.add_argument("--sizes", type=o.sizes, default=[784, 40, 30, 10],
+        p.add_argument("--sizes", type=o.sizes, default=list(TRAIN_DEFAULTS["sizes"]),
                        help="layer widths, input first, comma-separated")
-    p.add_argument("--batch-size", type=o.positive, default=10, help="samples per mini-batch")
-    p.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+    p.add_argument("--batch-size", type=o.positive, default=TRAIN_DEFAULTS["batch_size"],
+                   help="samples per mini-batch")
+    p.add_argument("--dtype", choices=["float64", "float32"], default=TRAIN_DEFAULTS["dtype"],
                    help="precision of parameters and activations")
     _blas_threads(p)
 
@@ -192,7 +193,7 @@ def _train(p):
                         "cosine[(T[, eta_min])] (down to eta_min over T epochs, by default all of --epochs), "
                         "PyTorch's StepLR and CosineAnnealingLR; may change on --resume (default: constant, or "
                         "the --resume file's)")
-    p.add_argument("--shuffle", type=o.shuffle_seed, nargs="?", const=0, default=None, metavar="SEED",
+    p.add_argument("--shuffle", type=o.seed, nargs="?", const=0, default=None, metavar="SEED",
                    help="a new order of the mini-batches every epoch, drawn from SEED and the epoch (default: off, "
                         "the lab's order, or the --resume file's; SEED defaults to 0)")
     p.add_argument("--validation", type=o.fraction, default=None, metavar="FRACTION",

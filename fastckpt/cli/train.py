@@ -97,7 +97,7 @@ def check_modes(args):
                          f"{several} the gradients of several mini-batches are summed first, so leave it out")
     for flag in ("--shuffle", "--validation", "--early-stopping", "--save-best"):
         given = getattr(args, flag[2:].replace("-", "_"))
-        if given not in (None, "lab", "sgd", "sigmoid") and (ranks or several):
+        if given is not None and (ranks or several):
             raise ValueError(f"{flag} {given} trains one process's net; with "
                              f"{several or 'MPI ranks'} leave it out")
     if not ranks and launched_ranks() > 1:

@@ -17,6 +17,7 @@ from fastckpt.kernels import blas_core as current_blas_core
 from fastckpt.kernels import blas_threads as current_blas_threads
 
 from .costs import BLAS_JOB_BYTES, gemm_mallocs, scratch_bytes
+from .units import format_bytes, parse_bytes
 
 MiB = 2**20
 EVAL_CHUNK = 1024          # rows per forward pass in evaluate() and predict(): GEMMs this tall run at full speed
@@ -259,7 +260,6 @@ def refuse_under_mkl(name, bound, what="a bound on the whole run", shown=None):
     """A ValueError naming ``name`` and ``bound`` (or ``shown``) when the kernels call MKL, whose buffers no
     plan can bound (NOTE [ MKL's own buffers ])."""
     if current_blas_core() == "mkl":
-        from .strategies import format_bytes
         raise ValueError(f"{shown or f'{name} {format_bytes(bound)}'}: {what} holds with OpenBLAS only; MKL "
                          "(FASTCKPT_BLAS=mkl) keeps GEMM buffers of its own, megabytes that no plan can count; run "
                          "with FASTCKPT_BLAS=openblas to bound the run")
@@ -276,7 +276,7 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     ``loading``): a step planned with it keeps the whole run within ``bound``.  A ValueError naming ``name``
     and each part when the run cannot fit."""
     from .plan import plan as make_plan
-    from .strategies import Fit, InfeasiblePlan, format_bytes
+    from .strategies import Fit, InfeasiblePlan
     refuse_under_mkl(name, bound)
 
     def planned(strategy):
@@ -328,7 +328,6 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
 def none_fits(name, bound, tried, least, parts):
     """Why ``fit_the_run`` found no step: ``tried`` maps each step's bytes to its whole run's, none within
     ``bound``, ``least`` among them."""
-    from .strategies import format_bytes
     step, total = min(tried.items(), key=lambda item: (item[1], item[0]))
     return (f"{name} {format_bytes(bound)}: none of the training steps tried keeps the whole run within it, the "
             f"least any schedule needs ({least} bytes) included: a plan that recomputes more holds more Python "
@@ -350,7 +349,6 @@ def least_step(planned):
 def refuse_loading(name, bound, parts, loading, extra=0):
     """A ValueError naming ``name`` and ``bound`` when loading the data does not fit it: the data, what its
     loader holds besides (``loading``), the run's Python objects (of ``parts``) and ``extra``."""
-    from .strategies import format_bytes
     loaded = parts["data"] + parts["python objects"] + loading + extra
     if loaded > bound:
         raise ValueError(f"{name} {format_bytes(bound)}: loading the data needs {shown_bytes(loaded)}: data "
@@ -366,7 +364,6 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
     the run (the data before a validation split, a validation set, class indices made of one-hot validation rows),
     counted whole instead of ``training``, ``test`` and ``validation``; ``extra``: bytes the caller holds
     besides; ``around``: :func:`run_bytes`' ``epochs``, ``validation``, ``shuffled`` and ``best``."""
-    from .strategies import format_bytes, parse_bytes
     bound = parse_bytes(bound, name)
     refuse_under_mkl(name, bound)
     parts = run_bytes(plan, training, test, updates=updates, **around)
