@@ -60,21 +60,16 @@ if lib == "floor":                       # the fit's GEMMs and Adam steps alone,
     from fastckpt.kernels import adam_step
     outputs = 10 if case == "fashion" else 1
     sizes = [x.shape[1], *settings["hidden_layer_sizes"], outputs]
+    sys.path.insert(0, sys.argv[6])
+    from step_parts import gemm_step
     batch, rng = settings["batch_size"], np.random.default_rng(0)
-    acts = [rng.random((batch, n)).astype(dtype) for n in sizes]
-    ws = [rng.random((a, b)).astype(dtype) for a, b in zip(sizes[:-1], sizes[1:])]
-    deltas, grads = [rng.random((batch, n)).astype(dtype) for n in sizes[1:]], [np.empty_like(w) for w in ws]
+    gemms = gemm_step(sizes, batch, dtype)
     n = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     p, g = rng.random(n).astype(dtype), (rng.random(n) * 1e-3).astype(dtype)
     m, v = np.zeros(n, dtype), np.zeros(n, dtype)
     blocks = np.array([[0, n]], dtype=np.int64)
     def step():
-        for i, w in enumerate(ws):
-            np.matmul(acts[i], w, out=acts[i + 1])
-        for i in range(len(ws) - 1, -1, -1):
-            np.matmul(acts[i].T, deltas[i], out=grads[i])
-            if i:
-                np.matmul(deltas[i], ws[i].T, out=deltas[i - 1])
+        gemms()
         adam_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, False, 0.1, 0.001, blocks)
     steps = settings["max_iter"] * -(-len(x) // batch)
     for _ in range(10):
@@ -106,7 +101,8 @@ def run(lib, case, dtype, folder, threads=None):
     if threads:
         env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                    FASTCKPT_BLAS_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, "-c", CHILD, lib, case, dtype, folder, json.dumps(SETTINGS[case])],
+    proc = subprocess.run([sys.executable, "-c", CHILD, lib, case, dtype, folder, json.dumps(SETTINGS[case]),
+                           os.path.dirname(os.path.abspath(__file__))],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{lib} {case} {dtype}: {proc.stderr.strip()[-2000:]}")

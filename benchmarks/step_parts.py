@@ -37,13 +37,13 @@ def adam(n):
     return median_us(lambda: adam_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, False, 0.1, 0.001, blocks))
 
 
-def step_gemms(sizes, batch):
-    """The GEMMs of one step of a net of ``sizes`` at ``batch`` rows, float64: each layer's forward and weight
-    gradient, and every delta but the input's; the median microseconds of one step."""
+def gemm_step(sizes, batch, dtype=np.float64):
+    """A callable that runs the GEMMs of one step of a net of ``sizes`` at ``batch`` rows through numpy's BLAS:
+    each layer's forward and weight gradient, and every delta but the input's (random operands)."""
     rng = np.random.default_rng(0)
-    acts = [rng.random((batch, n)) for n in sizes]
-    ws = [rng.random((a, b)) for a, b in zip(sizes[:-1], sizes[1:])]
-    deltas = [rng.random((batch, n)) for n in sizes[1:]]
+    acts = [rng.random((batch, n)).astype(dtype) for n in sizes]
+    ws = [rng.random((a, b)).astype(dtype) for a, b in zip(sizes[:-1], sizes[1:])]
+    deltas = [rng.random((batch, n)).astype(dtype) for n in sizes[1:]]
     grads = [np.empty_like(w) for w in ws]
 
     def step():
@@ -53,7 +53,13 @@ def step_gemms(sizes, batch):
             np.matmul(acts[i].T, deltas[i], out=grads[i])
             if i:
                 np.matmul(deltas[i], ws[i].T, out=deltas[i - 1])
-    return median_us(step, calls=max(20, int(2e9 / (batch * sum(a * b for a, b in zip(sizes, sizes[1:])) * 6))))
+    return step
+
+
+def step_gemms(sizes, batch):
+    """The median microseconds of :func:`gemm_step` in float64."""
+    calls = max(20, int(2e9 / (batch * sum(a * b for a, b in zip(sizes, sizes[1:])) * 6)))
+    return median_us(gemm_step(sizes, batch), calls=calls)
 
 
 def main():
