@@ -229,6 +229,43 @@ def test_an_update_that_overflows_names_the_settings_that_sized_it(rng):
         reg.fit(x, y)
 
 
+def test_a_warm_fit_with_early_stopping_that_never_beats_the_best_keeps_the_best_weights():
+    """A warm fit whose epochs do not beat the best validation score carried over from the fit before ends with
+    that fit's best weights, as scikit-learn's keeps its best coefficients (every weight came back zero: the
+    buffer of the best weights was restored though this fit never filled it).  The first fit's best is an
+    accuracy of 1, which no epoch can beat."""
+    from sklearn.datasets import make_classification
+    x, y = make_classification(400, 6, n_informative=4, n_classes=3, class_sep=4.0, flip_y=0, random_state=0)
+    model = MLPClassifier(hidden_layer_sizes=(16,), early_stopping=True, warm_start=True, max_iter=30,
+                          learning_rate_init=0.01, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(x, y)
+        assert model.best_validation_score_ == 1.0
+        best = [a.copy() for a in model.coefs_ + model.intercepts_]
+        model.set_params(max_iter=3).fit(x, y)
+    assert model.best_validation_score_ == 1.0
+    for got, want in zip(model.coefs_ + model.intercepts_, best):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_warm_fit_with_an_adaptive_rate_starts_again_at_learning_rate_init():
+    """learning_rate="adaptive": a warm fit makes a new optimizer at learning_rate_init, as scikit-learn's does
+    (the rate shrunk by the fit before was kept, and the warm fit stopped after one epoch)."""
+    from sklearn.datasets import make_classification
+    x, y = make_classification(300, 8, n_informative=5, n_classes=3, random_state=0)
+    settings = dict(hidden_layer_sizes=(16,), solver="sgd", momentum=0, shuffle=False, learning_rate="adaptive",
+                    learning_rate_init=0.5, tol=1e-2, n_iter_no_change=2, max_iter=40, warm_start=True,
+                    random_state=0)
+    ours, theirs = MLPClassifier(**settings), neural_network.MLPClassifier(**settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for model in (ours, theirs):
+            model.fit(x, y).fit(x, y)
+    assert ours.n_iter_ == theirs.n_iter_ > 1
+    assert ours.loss_ == pytest.approx(theirs.loss_, rel=1e-4)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

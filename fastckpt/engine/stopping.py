@@ -75,10 +75,14 @@ class EarlyStopping:
         self.min_eta = check_nonnegative(min_eta, "min_eta")
         self.start(None, validating=False)
 
-    def go_on(self, previous):
-        """Let the next run go on from the ``previous`` run's best value, count and rate instead of starting
-        afresh (a ``partial_fit`` or a ``warm_start`` fit of :mod:`fastckpt.sklearn`, as scikit-learn's go on)."""
-        self._kept = (previous.best, previous.best_epoch, previous.wait, previous.factor, previous.monitored)
+    def go_on(self, previous, *, rate=True):
+        """Let the next run go on from the ``previous`` run's best value and count instead of starting afresh (a
+        ``partial_fit`` or a ``warm_start`` fit of :mod:`fastckpt.sklearn`, as scikit-learn's go on), and from its
+        shrunk rate when ``rate`` (a ``partial_fit``: scikit-learn's goes on with its optimizer; a warm ``fit``
+        makes a new one, at ``learning_rate_init``).  Until this run beats that best, the best weights are the
+        parameters as the run starts: those the previous run ended with, its best when it restored them."""
+        self._kept = (previous.best, previous.best_epoch, previous.wait, previous.factor if rate else 1.0,
+                      previous.monitored)
         return self
 
     def start(self, params, *, validating, regression=False):
@@ -98,6 +102,8 @@ class EarlyStopping:
             self.best, self.best_epoch, self.wait, self.factor = kept[:4]
         self._params = params
         self._best = params.new_buffer() if params is not None and self.restore_best_weights else None
+        if self._best is not None and self.best_epoch is not None:      # a best carried over (go_on)
+            params.copy_into(self._best)
 
     def update(self, history, epoch, eta):
         """After epoch ``epoch`` (trained at rate ``eta``), whose values ``history`` holds last: True when the

@@ -88,7 +88,7 @@ class BaseMLP(BaseEstimator):
         epochs = 1 if incremental else settings["max_iter"]
         stopper = stopping(self, settings, incremental)
         if not first and self._stopper is not None:
-            stopper.go_on(self._stopper)                   # scikit-learn's count goes on over the fits
+            stopper.go_on(self._stopper, rate=incremental)  # scikit-learn's count goes on over the fits
         if settings["max_memory"] is not None:
             data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
                        arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
