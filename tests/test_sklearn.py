@@ -266,6 +266,23 @@ def test_a_warm_fit_with_an_adaptive_rate_starts_again_at_learning_rate_init():
     assert ours.loss_ == pytest.approx(theirs.loss_, rel=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_long_double_data_trains_as_its_float64_values(rng):
+    """np.longdouble X or y (as scikit-learn's MLPs take it) trains as the same values in float64: the finite
+    check ran its float64 kernel on them and Numba failed to compile it."""
+    x, y = _regression(rng, n=80)
+    want = MLPRegressor(hidden_layer_sizes=(6,), max_iter=2, random_state=0).fit(x, y)
+    for xs, ys in ((x.astype(np.longdouble), y), (x, y.astype(np.longdouble))):
+        got = MLPRegressor(hidden_layer_sizes=(6,), max_iter=2, random_state=0).fit(xs, ys)
+        for a, b in zip(got.coefs_ + got.intercepts_, want.coefs_ + want.intercepts_):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(got.predict(xs), want.predict(x))
+    bad = x.astype(np.longdouble)
+    bad[3, 1] = np.inf
+    with pytest.raises(ValueError, match="X"):
+        MLPRegressor(hidden_layer_sizes=(6,), max_iter=2).fit(bad, y)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

@@ -142,7 +142,7 @@ def check_finite_rows(arr, name, chunk=4096, offset=0):
     at all), else through a NumPy temporary of at most 64 KiB."""
     if arr.dtype.kind != "f" or isinstance(arr, Images):          # Images are bytes / 255: always finite
         return
-    contiguous = arr.flags.c_contiguous and arr.dtype.isnative       # the kernel reads native floats only
+    contiguous = arr.flags.c_contiguous and _kernel_floats(arr)
     chunk = chunk if contiguous else max(1, 65536 // max(1, arr[:1].size))
     for i in range(0, arr.shape[0], chunk):
         part = arr[i:i + chunk]
@@ -196,8 +196,13 @@ def nonfinite_error(name, arr, offset=0):
 
 def check_finite(arr, name, offset=0):
     """Raise a ValueError naming ``name`` if the contiguous array holds NaN or inf (rows from ``offset``)."""
-    if arr.dtype.kind == "f" and not all_finite(arr):
+    if arr.dtype.kind == "f" and not (all_finite(arr) if _kernel_floats(arr) else np.isfinite(arr).all()):
         raise nonfinite_error(name, arr, offset)
+
+
+def _kernel_floats(arr):
+    """Whether the kernels read ``arr``'s floats: native float32 or float64 (not float16 or a long double)."""
+    return arr.dtype.isnative and arr.dtype in (np.float32, np.float64)
 
 
 def check_l2(l2, n_layers):
