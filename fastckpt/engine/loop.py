@@ -267,10 +267,16 @@ class EpochOrder:
         take = slice(start, start + self.size)
         if self.rows is None:
             return self.x[take], self.y[take]
-        take = self.rows[take]                  # np.take: 2.5x faster than x[take] for 200 rows of 10 floats
-        x = Images(np.take(self.x.raw, take, axis=0), self.x.divisor) if isinstance(self.x, Images) else \
-            np.take(self.x, take, axis=0)
-        return x, np.take(self.y, take, axis=0)
+        take = self.rows[take]
+        x = Images(_rows(self.x.raw, take), self.x.divisor) if isinstance(self.x, Images) else _rows(self.x, take)
+        return x, _rows(self.y, take)
+
+
+def _rows(a, take):
+    """The rows ``take`` of ``a``: np.take is 2.5x faster than ``a[take]`` for 200 rows of 10 floats, but on an
+    array that is not C-contiguous (a DataFrame's values, Fortran order) it copies the whole array first, at
+    every minibatch."""
+    return np.take(a, take, axis=0) if a.flags.c_contiguous else a[take]
 
 
 def pair(data, name):
