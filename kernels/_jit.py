@@ -286,8 +286,10 @@ class CompileNotice:
         print(self.message(), file=stream, flush=True)
 
     def forget_threads(self):
-        """In a forked child: the timer thread is the parent's alone."""
-        self._lock = type(self._lock)()
+        """In a forked child: the timer thread is the parent's alone (and the lock may be held by a parent's thread
+        that the child does not have)."""
+        import threading
+        self._lock = threading.Lock()
         self._depth, self._timer = 0, None
 
 

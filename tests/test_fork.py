@@ -174,3 +174,17 @@ def test_a_forked_child_looks_at_its_own_cpu_time(rng):
         first = sharing.look()                                  # a new start in the child
         return f"{first} {sharing.process.pid == os.getpid()} {sharing.process.pid != parent}"
     assert _in_child(child) == "None True True"
+
+
+def test_a_fork_after_import_says_nothing():
+    """The compile notice's fork hook makes the child a new lock: it made one by the parent lock's type, which
+    Python 3.11 cannot make ('cannot create _thread.lock instances'), and every fork printed that traceback."""
+    import subprocess
+    import sys
+    code = ("import os, fastckpt.sklearn, fastckpt\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
