@@ -256,7 +256,7 @@ def test_bad_optimizers_are_refused(kwargs, error, message):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: Momentum(1.0), "momentum must be in [0, 1), got 1.0"),
+    (lambda: Momentum(1.5), "momentum must be in [0, 1], got 1.5"),
     (lambda: Momentum(-0.1), "momentum must be finite and >= 0, got -0.1"),
     (lambda: Momentum(nesterov="yes"), "nesterov must be True or False, got 'yes'"),
     (lambda: Adam(betas=(0.9,)), "betas must be a pair (beta1, beta2), got (0.9,)"),

@@ -283,6 +283,18 @@ def test_long_double_data_trains_as_its_float64_values(rng):
         MLPRegressor(hidden_layer_sizes=(6,), max_iter=2).fit(bad, y)
 
 
+def test_a_momentum_of_one_trains_as_scikit_learns(rng):
+    """momentum=1 (no decay of the velocity) is in scikit-learn's range [0, 1]; it was refused."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=1.0, batch_size=50, shuffle=False,
+                  random_state=0, max_iter=2, learning_rate_init=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours, theirs = MLPRegressor(**common).fit(x, y), neural_network.MLPRegressor(**common).fit(x, y)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, theirs.coefs_ + theirs.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
@@ -315,6 +327,8 @@ def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
     ({"learning_rate_init": -1}, "learning_rate_init must be finite and > 0, got -1"),
     ({"learning_rate_init": float("nan")}, "learning_rate_init must be finite and > 0, got nan"),
     ({"strategy": "every_nth(0)"}, "every_nth"),
+    ({"hidden_layer_sizes": (n for n in (4, 3))}, "hidden_layer_sizes must be an int or a sequence of ints"),
+    ({"momentum": 1.5, "solver": "sgd"}, "momentum must be in [0, 1], got 1.5"),
     ({"loss": "poisson"}, "loss must be 'squared_error' (fastckpt has no Poisson output), got 'poisson'"),
 ])
 def test_bad_arguments_are_named_in_fit(rng, params, message):

@@ -82,7 +82,7 @@ class Momentum(Optimizer):
     state_names = ("velocity",)
 
     def __init__(self, momentum=0.9, nesterov=False):
-        self.momentum = _fraction(momentum, "momentum")
+        self.momentum = _fraction(momentum, "momentum", closed=True)     # 1: no decay, as scikit-learn allows
         self.nesterov = check_bool(nesterov, "nesterov")
 
     def settings(self):
@@ -271,9 +271,9 @@ class OptimizerState:
         self.steps = steps
 
 
-def _fraction(value, name):
-    """``value`` as a float in [0, 1)."""
+def _fraction(value, name, closed=False):
+    """``value`` as a float in [0, 1), or [0, 1] when ``closed``."""
     v = check_nonnegative(value, name)
-    if v >= 1:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    if v > 1 or v == 1 and not closed:
+        raise ValueError(f"{name} must be in [0, 1{']' if closed else ')'}, got {value!r}")
     return v

@@ -45,7 +45,11 @@ def _between(value, name, low, high, closed_high=False):
 
 
 def hidden_sizes(value):
-    """``hidden_layer_sizes`` as a tuple of widths >= 1 (one int, or any sequence of them)."""
+    """``hidden_layer_sizes`` as a tuple of widths >= 1 (one int, or any sequence of them; not an iterator, which
+    a first fit would use up, leaving the next one no hidden layers)."""
+    if hasattr(value, "__next__"):
+        raise TypeError(f"hidden_layer_sizes must be an int or a sequence of ints such as (100,), got "
+                        f"{type(value).__name__} {value!r}: an iterator is used up by the first fit")
     values = [value] if not hasattr(value, "__iter__") or isinstance(value, str) else list(value)
     return tuple(check_positive_int(v, "hidden_layer_sizes") for v in values)
 
@@ -86,7 +90,7 @@ def optimizer(est):
     if est.solver == "adam":
         return Adam(betas=(_between(est.beta_1, "beta_1", 0, 1), _between(est.beta_2, "beta_2", 0, 1)),
                     eps=_positive(est.epsilon, "epsilon"))
-    momentum = _between(est.momentum, "momentum", 0, 1)
+    momentum = _between(est.momentum, "momentum", 0, 1, closed_high=True)
     return Momentum(momentum, nesterov=check_bool(est.nesterovs_momentum, "nesterovs_momentum")) if momentum else "sgd"
 
 
