@@ -295,6 +295,27 @@ def test_a_momentum_of_one_trains_as_scikit_learns(rng):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_prediction_errors_name_x_and_what_is_wrong(rng):
+    """A value past a float32 net's range is named as X's, not as NaN or inf of an argument 'a'; weights set to inf
+    through the writable coefs_ are named as the net's, not blamed on X; coefs_ and intercepts_ of the wrong shape
+    are refused in scikit-learn's layout (the net's transposed one was named)."""
+    x, y = _regression(rng, n=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, random_state=0, dtype=np.float32).fit(x, y)
+    big = x[:3].copy()
+    big[1, 2] = 1e39
+    with pytest.raises(ValueError, match=r"X holds 1e\+39 at index \(1, 2\), past the range of the net's float32"):
+        reg.predict(big)
+    reg.coefs_[0][0, 0] = np.inf
+    with pytest.raises(ValueError, match="the net's parameters hold NaN or inf"):
+        reg.predict(x)
+    with pytest.raises(ValueError, match=r"coefs_\[0\] must have shape \(5, 4\), got \(4, 5\)"):
+        reg.coefs_ = [c.T for c in reg.coefs_]
+    with pytest.raises(ValueError, match=r"intercepts_ must hold 2 arrays, one per layer, got 1"):
+        reg.intercepts_ = reg.intercepts_[:1]
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
@@ -329,6 +350,7 @@ def test_a_warm_start_and_partial_fits_go_on_as_scikit_learns(rng):
     ({"strategy": "every_nth(0)"}, "every_nth"),
     ({"hidden_layer_sizes": (n for n in (4, 3))}, "hidden_layer_sizes must be an int or a sequence of ints"),
     ({"momentum": 1.5, "solver": "sgd"}, "momentum must be in [0, 1], got 1.5"),
+    ({"dtype": "junk"}, "dtype must be float32 or float64, got 'junk'"),
     ({"loss": "poisson"}, "loss must be 'squared_error' (fastckpt has no Poisson output), got 'poisson'"),
 ])
 def test_bad_arguments_are_named_in_fit(rng, params, message):

@@ -31,7 +31,10 @@ def check_sizes(sizes):
 
 
 def check_dtype(dtype):
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
     if dt not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
     return dt
@@ -153,7 +156,7 @@ def check_finite_rows(arr, name, chunk=4096, offset=0):
                              f"{(int(bad[0]) + offset, *map(int, bad[1:]))}: {arr[tuple(bad)]!r}); nothing was trained")
 
 
-def check_in_range(arr, dtype, name, offset=0, chunk=4096):
+def check_in_range(arr, dtype, name, offset=0, chunk=4096, done="nothing was trained"):
     """Raise a ValueError naming ``name``, the first index (its rows counted from ``offset``) and the value when a
     value of the (n, m) finite rows ``arr`` is past ``dtype``'s range, so that a minibatch of it converted to
     ``dtype`` would hold inf.  Checked ``chunk`` values at a time, only for floats wider than ``dtype``."""
@@ -169,7 +172,7 @@ def check_in_range(arr, dtype, name, offset=0, chunk=4096):
                 row, col = (int(k) for k in np.argwhere(over)[0])
                 raise ValueError(f"{name} holds {part[row, col]} at index ({offset + i + row}, {col}), past the range "
                                  f"of the net's {dtype} (magnitudes up to {np.finfo(dtype).max:.7g}): converted to "
-                                 f"{dtype} it would be inf; scale the data or use a float64 net; nothing was trained")
+                                 f"{dtype} it would be inf; scale the data or use a float64 net; {done}")
 
 
 def check_rows(x, width, name, role, dtype, chunk=16384):

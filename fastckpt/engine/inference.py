@@ -14,7 +14,7 @@ it (:func:`output_error`), as every chunk's input is.
 """
 import numpy as np
 
-from fastckpt.core.checks import check_finite
+from fastckpt.core.checks import check_finite, check_in_range
 from fastckpt.data.images import Images
 from fastckpt.kernels import (
     LOG_SOFTMAX,
@@ -146,19 +146,35 @@ def in_chunks(params, acts, x, name, consume, *, chunk=EVAL_CHUNK):
     rows_of = stage_rows(x, params.dtype, chunk)
     for i in range(0, n, chunk):
         rows = rows_of(i, min(chunk, n - i))
-        check_finite(rows, name, offset=i)
+        _check_rows(rows, x, i, name)
         out = run(rows)
-        error = output_error(out, name, i)
+        error = output_error(out, name, i, params)
         if error is not None:
             raise error
         consume(i, out)
 
 
-def output_error(out, name, offset=0):
+def _check_rows(rows, x, i, name):
+    """``rows``, rows ``i`` on of ``x`` staged in the net's dtype, checked finite; when they are not, the error
+    says so of ``x``'s own values if those are finite but past the dtype's range."""
+    try:
+        check_finite(rows, name, offset=i)
+    except ValueError:
+        if isinstance(x, np.ndarray):
+            check_in_range(x[i:i + rows.shape[0]], rows.dtype, name, offset=i, done="nothing was predicted")
+        raise
+
+
+def output_error(out, name, offset=0, params=None):
     """None, or the ValueError for a chunk's output ``out`` (m, n_out; rows from ``offset`` of the input
-    ``name``) that holds NaN or inf: a finite input whose values overflowed inside the net."""
+    ``name``) that holds NaN or inf: a finite input whose values overflowed inside the net, or the net's own
+    ``params`` (when given) that hold NaN or inf."""
     if all_finite(out):
         return None
+    if params is not None and not all_finite(params.flat):
+        return ValueError(f"the net's parameters hold NaN or inf (first at flat index "
+                          f"{int(np.argwhere(~np.isfinite(params.flat))[0][0])}), so {name} gets no output: "
+                          "the weights or biases were set to them")
     row, col = (int(k) for k in np.argwhere(~np.isfinite(out))[0])
     return ValueError(f"{name} row {row + offset} makes the net's output {float(out[row, col])!r}: a value overflowed "
                       f"{out.dtype} inside the net (the input is finite, but too large for these weights), so no "
@@ -178,7 +194,7 @@ def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_d
     rows_of = stage_rows(x, np.dtype(dtype), chunk)
     for i in range(0, x.shape[0], chunk):
         rows = rows_of(i, min(chunk, x.shape[0] - i))
-        check_finite(rows, name, offset=i)
+        _check_rows(rows, x, i, name)
         out = predict(rows)
         if out is not None and error is None:
             error = output_error(out, name, i)

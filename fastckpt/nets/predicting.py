@@ -33,11 +33,11 @@ class Predicting:
         with self.params.lock:                                 # every chunk sees the same parameters
             in_chunks(self.params, self._acts, x, name, consume)
 
-    def feedforward(self, a):
-        """Network output for one (n_in, 1) column, one (n_in,) vector or a batch."""
-        arr, layout = as_rows(a, self.sizes[0], "a", "input")
+    def feedforward(self, a, *, name="a"):
+        """Network output for one (n_in, 1) column, one (n_in,) vector or a batch (``name`` in errors)."""
+        arr, layout = as_rows(a, self.sizes[0], name, "input")
         out = np.empty((arr.shape[0], self.sizes[-1]), dtype=self.dtype)
-        self._in_chunks(arr, "a", lambda i, chunk: out.__setitem__(slice(i, i + chunk.shape[0]), chunk))
+        self._in_chunks(arr, name, lambda i, chunk: out.__setitem__(slice(i, i + chunk.shape[0]), chunk))
         return shaped_like(out, layout)
 
     def predict(self, x):

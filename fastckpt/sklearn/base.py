@@ -36,6 +36,7 @@ class BaseMLP(BaseEstimator):
     @coefs_.setter
     def coefs_(self, values):
         check_is_fitted(self, "net_")
+        values = _layers_like(values, self.coefs_, "coefs_")
         self.net_.weights = [np.asarray(v).T for v in values]
 
     @property
@@ -47,6 +48,7 @@ class BaseMLP(BaseEstimator):
     @intercepts_.setter
     def intercepts_(self, values):
         check_is_fitted(self, "net_")
+        values = _layers_like(values, self.intercepts_, "intercepts_")
         self.net_.biases = [np.asarray(v).reshape(-1, 1) for v in values]
 
     @property
@@ -205,9 +207,21 @@ class BaseMLP(BaseEstimator):
         """The net's output rows for ``X``: probabilities of a classifier, predictions of a regressor."""
         check_is_fitted(self, "net_")
         X = validate_data(self, X, accept_sparse=False, dtype="numeric", reset=False)
-        return self.net_.feedforward(X)
+        return self.net_.feedforward(X, name="X")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _layers_like(values, now, name):
+    """``values`` (one array per layer) checked against the shapes of the fitted ``now``, named as ``name[i]``
+    in scikit-learn's layout (the net's own is the transpose)."""
+    values = list(values)
+    if len(values) != len(now):
+        raise ValueError(f"{name} must hold {len(now)} arrays, one per layer, got {len(values)}")
+    for i, (v, w) in enumerate(zip(values, now)):
+        if np.shape(v) != w.shape:
+            raise ValueError(f"{name}[{i}] must have shape {w.shape}, got {np.shape(v)}")
+    return values
