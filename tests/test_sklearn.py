@@ -316,6 +316,24 @@ def test_prediction_errors_name_x_and_what_is_wrong(rng):
         reg.intercepts_ = reg.intercepts_[:1]
 
 
+def test_partial_fit_in_a_new_dtype_goes_on_with_the_optimizer_in_its_layout(rng):
+    """partial_fit after set_params(dtype=float32) carries Adam's moments into the float32 layout, whose blocks
+    are aligned otherwise (16 floats, not 8): the next fits are the float64 ones to float32's rounding, where a
+    new optimizer's first steps are ~learning_rate_init apart."""
+    x, y = _regression(rng)
+    common = dict(hidden_layer_sizes=(9, 7), random_state=0, learning_rate_init=1e-3)
+    single, double = MLPRegressor(**common), MLPRegressor(**common)
+    for model in (single, double):
+        model.partial_fit(x, y)
+    single.set_params(dtype=np.float32)
+    for model in (single, double):
+        model.partial_fit(x, y)
+    assert single.coefs_[0].dtype == np.float32
+    assert single.net_.optimizer_state.steps == double.net_.optimizer_state.steps == 4
+    for a, b in zip(single.coefs_ + single.intercepts_, double.coefs_ + double.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,
@@ -414,6 +432,63 @@ def test_max_memory_bounds_the_whole_fit_as_memray_measures_it(early_stopping, b
         peak = memray_peak(run)
     assert peak <= bound and held["clf"].net_.plan(1000).recompute_factor > 1, (peak, fit)
     assert peak > bound - 2 * MiB, (peak, fit)                             # and close to it
+
+
+def test_a_fit_refused_by_max_memory_leaves_the_estimator_as_it_was(rng):
+    """A warm fit refused before training keeps the fitted net, its dtype, weights and optimizer state (a
+    rebuilt float32 net was left in place); a first fit refused leaves no net to predict with."""
+    from sklearn.exceptions import NotFittedError
+    x, y = rng.standard_normal((300, 10)), rng.integers(0, 3, 300)
+    clf = MLPClassifier(hidden_layer_sizes=(32, 32), max_iter=1, warm_start=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(x, y)
+    net, state, weights = clf.net_, clf.net_.optimizer_state, [c.copy() for c in clf.coefs_]
+    for change in ({"dtype": np.float32}, {"strategy": "sqrt"}, {}):
+        clf.set_params(**change, max_memory="64KiB")
+        with pytest.raises(ValueError, match="max_memory 64KiB"):
+            clf.fit(x, y)
+        assert clf.net_ is net and clf.net_.optimizer_state is state
+        for got, want in zip(clf.coefs_, weights):
+            np.testing.assert_array_equal(got, want)
+        clf.set_params(dtype=np.float64, strategy="plain", max_memory=None)
+    first = MLPClassifier(hidden_layer_sizes=(32,), max_memory="64KiB")
+    with pytest.raises(ValueError, match="max_memory 64KiB"):
+        first.fit(x, y)
+    with pytest.raises(NotFittedError):
+        first.predict(x)
+
+
+@pytest.mark.memory
+@pytest.mark.parametrize("change", [{"dtype": np.float32}, {"optimizer_in_backward": True}], ids=["dtype", "fused"])
+def test_max_memory_counts_the_net_a_warm_fit_replaces(rng, change):
+    """A warm fit after set_params that builds the net anew holds the fitted net and the new one at once: the
+    least bound it takes (on a grid of 1 MiB) holds what memray measures of making the fitted net (a one-epoch
+    fit on 100 rows) and then the warm fit.  It was accepted with 14 MiB and peaked at 15.9."""
+    from fastckpt.report.measure import memray_peak
+    x, y = rng.standard_normal((1000, 50)), np.arange(1000) % 5
+
+    def fitted(rows):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return MLPClassifier(hidden_layer_sizes=(512,) * 4, max_iter=1, batch_size=100, random_state=0,
+                                 warm_start=True).fit(x[:rows], y[:rows])
+
+    def warm(clf, bound):
+        clf.set_params(**change, max_memory=bound)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return clf.fit(x, y)
+    clf = fitted(1000)
+    for mib in range(8, 80):
+        try:
+            warm(clf, mib * MiB)
+            break
+        except ValueError:
+            assert clf.net_.params.dtype == np.float64 and not clf.net_.plan(100).optimizer_in_backward
+    warm(fitted(100), mib * MiB)                                      # warm-up: kernels, BLAS buffers
+    peak = memray_peak(lambda: warm(fitted(100), mib * MiB))
+    assert peak <= mib * MiB, (peak, mib)
 
 
 def test_float16_data_fits_as_its_float64_values(rng):

@@ -13,6 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fastckpt.core.layout import layer_views
 from fastckpt.core.optimizers import OptimizerState
 from fastckpt.nets import NetworkWithCheckpointing
 
@@ -74,6 +75,7 @@ class BaseMLP(BaseEstimator):
             raise ValueError(f"y has {n_outputs} outputs, but the net fitted before has {self.net_.sizes[-1]}")
         self.n_outputs_ = n_outputs
         rng = check_random_state(self.random_state)
+        before = None if first else (self.net_, self._built, self.net_.optimizer_state)   # back if refused
         if first:
             self._initialize(X.shape[1], settings, rng)
         elif self._rebuilt(settings, incremental):         # a setting changed since: the weights, a new net
@@ -92,9 +94,19 @@ class BaseMLP(BaseEstimator):
         if not first and self._stopper is not None:
             stopper.go_on(self._stopper, rate=incremental)  # scikit-learn's count goes on over the fits
         if settings["max_memory"] is not None:
-            data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
-                       arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
-                       best=stopper.restore_best_weights, split_at=split_at)
+            replaced = 0 if first or before[0] is self.net_ else _net_bytes(before[0])
+            try:
+                data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
+                           arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
+                           best=stopper.restore_best_weights, split_at=split_at, replaced=replaced)
+            except ValueError:                             # refused before training: the fitted net as it was
+                if first:
+                    del self.net_
+                else:
+                    self.net_, self._built = before[:2]
+                    self.net_.optimizer_state = before[2]
+                raise
+        before = None
         self._train(training, validation, batch, epochs, settings, stopper, rng)
         return self
 
@@ -121,15 +133,17 @@ class BaseMLP(BaseEstimator):
                              f"{was['hidden_layer_sizes']}: a warm start or partial_fit goes on with the fitted "
                              "layers; set warm_start=False (or a new estimator) to fit new ones")
         old, dtype = self.net_, np.dtype(settings["dtype"])
+        old._engine = None                                 # its workspace freed before the new net is made
         self.net_ = NetworkWithCheckpointing.blank(old.sizes, dtype, strategy=settings["strategy"],
                                                    loss=self.loss_name, activation=settings["activation"],
                                                    optimizer=settings["optimizer"],
                                                    optimizer_in_backward=settings["optimizer_in_backward"])
-        self.net_.weights = [w.astype(dtype) for w in old.weights]
-        self.net_.biases = [b.astype(dtype) for b in old.biases]
+        self.net_.weights, self.net_.biases = old.weights, old.biases       # no copy of them unless converted
         kept, state = old.optimizer_state, self.net_.optimizer_state
         if incremental and kept.optimizer.name == state.optimizer.name:
-            state.state[...] = kept.state
+            for source, target in zip(kept.state, state.state):         # a slot at a time, in each dtype's layout
+                for a, b in zip(*(sum(layer_views(row, old.sizes), []) for row in (source, target))):
+                    b[...] = a
             state.steps = kept.steps
         self._built = now
         return True
@@ -213,6 +227,11 @@ class BaseMLP(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _net_bytes(net):
+    """The bytes a net without its engine holds: its parameters and its optimizer's state."""
+    return net.params.flat.nbytes + net.optimizer_state.state.nbytes
 
 
 def _layers_like(values, now, name):
