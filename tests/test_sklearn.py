@@ -334,6 +334,30 @@ def test_partial_fit_in_a_new_dtype_goes_on_with_the_optimizer_in_its_layout(rng
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_second_fit_of_one_estimator_in_another_thread_is_refused(rng):
+    """Two threads fitting one estimator mixed their state (t_ twice one fit's, ten losses for five epochs); the
+    second is refused while the first runs, which ends as a fit alone does."""
+    import threading
+    import time
+
+    from fastckpt.sklearn import base
+    x, y = rng.standard_normal((20000, 20)), rng.integers(0, 3, 20000)
+    clf = MLPClassifier(hidden_layer_sizes=(64,), max_iter=5, tol=0, n_iter_no_change=100, random_state=0)
+    first = threading.Thread(target=lambda: clf.fit(x, y))
+    first.start()
+    deadline = time.monotonic() + 60
+    while clf not in base._FITTING and first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    try:
+        with pytest.raises(RuntimeError, match="this MLPClassifier is being fitted in another thread"):
+            clf.fit(x, y)
+    finally:
+        first.join()
+    assert clf.t_ == 5 * 20000 and len(clf.loss_curve_) == 5
+    clf.fit(x[:100], y[:100])                                         # and fits again once it is done
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

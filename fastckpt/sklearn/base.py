@@ -5,7 +5,9 @@ A thin layer: the arguments are checked (:mod:`.settings`), the data held as the
 the engine's (NOTE [ Early stopping ]).  The fitted net is :attr:`net_`; ``coefs_`` and ``intercepts_``
 are views of its parameters in scikit-learn's (n_in, n_out) layout.
 """
+import threading
 import warnings
+import weakref
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -59,6 +61,17 @@ class BaseMLP(BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------------
     def _fit(self, X, y, incremental=False, classes=None):
+        with _FITTING_LOCK:
+            if self in _FITTING:
+                raise RuntimeError(f"this {type(self).__name__} is being fitted in another thread: one fit at a "
+                                   "time (two would mix their counts and curves); clone it for a second fit")
+            _FITTING.add(self)
+        try:
+            return self._fit_alone(X, y, incremental, classes)
+        finally:
+            _FITTING.discard(self)
+
+    def _fit_alone(self, X, y, incremental, classes):
         settings = checked(self)
         if settings["early_stopping"] and incremental:
             raise ValueError("partial_fit does not support early_stopping=True; fit does")
@@ -227,6 +240,9 @@ class BaseMLP(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+_FITTING, _FITTING_LOCK = weakref.WeakSet(), threading.Lock()     # the estimators being fitted now
 
 
 def _net_bytes(net):
