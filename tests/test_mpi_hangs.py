@@ -234,7 +234,7 @@ def test_an_output_that_overflows_inside_a_split_net_is_refused_on_every_rank(tm
     said = [(tmp_path / f"said.{rank}").read_text().splitlines() for rank in (0, 1)]
     assert said[0] == said[1], said
     assert said[0][0] == "x_test_data row 2 makes the net's output nan: a value overflowed float64 inside the net " \
-                         "(the input is finite, but too large for these weights), so no class can be given for it"
+                         "(the input is finite, but too large for these weights), so it has no prediction"
     assert 0 <= float(said[0][1]) <= 1, said                   # the finite rows alone: an accuracy
 
 

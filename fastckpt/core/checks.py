@@ -170,9 +170,10 @@ def check_in_range(arr, dtype, name, offset=0, chunk=4096, done="nothing was tra
             over = np.isinf(part.astype(dtype))
             if over.any():
                 row, col = (int(k) for k in np.argwhere(over)[0])
-                raise ValueError(f"{name} holds {part[row, col]} at index ({offset + i + row}, {col}), past the range "
-                                 f"of the net's {dtype} (magnitudes up to {np.finfo(dtype).max:.7g}): converted to "
-                                 f"{dtype} it would be inf; scale the data or use a float64 net; {done}")
+                raise ValueError(f"{name} holds {part[row, col]!s} at index ({offset + i + row}, {col}), past the "
+                                 f"range of the net's {dtype} (magnitudes up to {np.finfo(dtype).max:.7g}): converted "
+                                 f"to {dtype} it would be inf; scale the data"
+                                 f"{' or use a float64 net' if dtype != np.float64 else ''}; {done}")
 
 
 def check_rows(x, width, name, role, dtype, chunk=16384):

@@ -149,20 +149,25 @@ class Cosine(LRSchedule):
 
 class InverseScaling(LRSchedule):
     """``eta / (t + 1) ** power_t``, ``t = samples_before + (epoch - first_epoch) * samples_per_epoch`` the
-    samples trained on before the epoch: scikit-learn's ``learning_rate="invscaling"``."""
+    samples trained on before the epoch: scikit-learn's ``learning_rate="invscaling"``.  With ``fresh`` the
+    first epoch runs at ``eta`` whatever was trained before: a warm fit of scikit-learn's makes a new optimizer,
+    whose rate is ``learning_rate_init`` until its first epoch ends."""
 
     name = "invscaling"
 
-    def __init__(self, power_t, samples_per_epoch, samples_before=0, first_epoch=0):
+    def __init__(self, power_t, samples_per_epoch, samples_before=0, first_epoch=0, fresh=False):
         self.power_t = check_nonnegative(power_t, "power_t")
         self.samples_per_epoch = check_positive_int(samples_per_epoch, "samples_per_epoch")
         self.samples_before = check_positive_int(samples_before, "samples_before", minimum=0)
         self.first_epoch = check_positive_int(first_epoch, "first_epoch", minimum=0)
+        self.fresh = bool(fresh)
 
     def settings(self):
-        return (self.power_t, self.samples_per_epoch, self.samples_before, self.first_epoch)
+        return (self.power_t, self.samples_per_epoch, self.samples_before, self.first_epoch, self.fresh)
 
     def rate(self, eta, epoch, epochs):
+        if self.fresh and epoch == self.first_epoch:
+            return eta
         seen = self.samples_before + (epoch - self.first_epoch) * self.samples_per_epoch
         return eta / float(seen + 1) ** self.power_t
 

@@ -156,6 +156,12 @@ class OptimizerState:
         self.state = np.zeros((self.optimizer.slots, params.flat.shape[0]), dtype=params.flat.dtype)   # a row each
         self._steps = np.zeros(1, dtype=np.int64)      # counted by the step kernel itself (apply)
 
+    def reset(self):
+        """Start again, in place: every state value 0 and no step taken (a new optimizer's state, without a
+        second one held beside this one while it is made)."""
+        self.state[...] = 0
+        self.steps = 0
+
     @property
     def buffers(self):
         """The state buffers, one per slot (Adam's ``m`` and ``v``): views of the rows of :attr:`state`."""

@@ -177,8 +177,8 @@ def output_error(out, name, offset=0, params=None):
                           "the weights or biases were set to them")
     row, col = (int(k) for k in np.argwhere(~np.isfinite(out))[0])
     return ValueError(f"{name} row {row + offset} makes the net's output {float(out[row, col])!r}: a value overflowed "
-                      f"{out.dtype} inside the net (the input is finite, but too large for these weights), so no "
-                      "class can be given for it")
+                      f"{out.dtype} inside the net (the input is finite, but too large for these weights), so it has "
+                      "no prediction")
 
 
 def count_correct(x, labels, dtype, predict, *, chunk=EVAL_CHUNK, name="x_test_data"):

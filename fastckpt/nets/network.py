@@ -133,6 +133,12 @@ class Network(Predicting):
     def dtype(self):
         return self.params.dtype
 
+    def release_workspace(self):
+        """Let go of the training workspace now (its engine is made again at the next step): its bytes are free
+        before something else, another net, is made."""
+        with self.params.lock:
+            self._engine = None
+
     @property
     def l2(self):
         """The L2 penalty of each layer; ``net.l2 = value`` (one number or one per layer) holds from the next step."""

@@ -15,8 +15,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fastckpt.core.checks import check_in_range
 from fastckpt.core.layout import layer_views
-from fastckpt.core.optimizers import OptimizerState
+from fastckpt.kernels import all_finite
 from fastckpt.nets import NetworkWithCheckpointing
 
 from . import data
@@ -76,25 +77,17 @@ class BaseMLP(BaseEstimator):
         if settings["early_stopping"] and incremental:
             raise ValueError("partial_fit does not support early_stopping=True; fit does")
         first = not hasattr(self, "net_") or (not self.warm_start and not incremental)
-        given = (X, y)
+        saved, given = dict(self.__dict__), (X, y)         # what a fit refused before training puts back
         X, y = validate_data(self, X, y, accept_sparse=False, dtype="numeric", multi_output=True,
                              y_numeric=self.loss_name == "squared_error", reset=first)
-        if X.dtype.kind == "f" and X.dtype.itemsize < 4:   # float16: the net's dtype, as scikit-learn's MLPs take it
-            X = X.astype(settings["dtype"])
+        X = _floats(X, settings["dtype"], "X")
         y, n_outputs = self._targets(y, first, incremental, classes)   # (n,) class indices, or (n, outputs) rows
-        if y.dtype.kind == "f" and y.dtype.itemsize < 4:
-            y = y.astype(settings["dtype"])
+        y = _floats(y, settings["dtype"], "y")
         if not first and self.net_.sizes[-1] != n_outputs:
             raise ValueError(f"y has {n_outputs} outputs, but the net fitted before has {self.net_.sizes[-1]}")
         self.n_outputs_ = n_outputs
         rng = check_random_state(self.random_state)
-        before = None if first else (self.net_, self._built, self.net_.optimizer_state)   # back if refused
-        if first:
-            self._initialize(X.shape[1], settings, rng)
-        elif self._rebuilt(settings, incremental):         # a setting changed since: the weights, a new net
-            pass
-        elif not incremental:                              # a warm start: a new optimizer, as scikit-learn's
-            self.net_.optimizer_state = OptimizerState(self.net_.optimizer, self.net_.params)
+        fresh = self._net_for(first, incremental, X.shape[1], settings, rng)
         training, validation, split_at = (X, y), None, 0
         if settings["early_stopping"]:
             training, validation = data.split(X, y, self.validation_fraction, rng,
@@ -107,21 +100,36 @@ class BaseMLP(BaseEstimator):
         if not first and self._stopper is not None:
             stopper.go_on(self._stopper, rate=incremental)  # scikit-learn's count goes on over the fits
         if settings["max_memory"] is not None:
-            replaced = 0 if first or before[0] is self.net_ else _net_bytes(before[0])
+            old = saved.get("net_")
             try:
                 data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
                            arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
-                           best=stopper.restore_best_weights, split_at=split_at, replaced=replaced)
-            except ValueError:                             # refused before training: the fitted net as it was
-                if first:
-                    del self.net_
-                else:
-                    self.net_, self._built = before[:2]
-                    self.net_.optimizer_state = before[2]
+                           best=stopper.restore_best_weights, split_at=split_at,
+                           replaced=0 if old is None or old is self.net_ else _net_bytes(old))
+            except ValueError:                             # refused before training: the estimator as it was
+                self.__dict__.clear()
+                self.__dict__.update(saved)
                 raise
-        before = None
-        self._train(training, validation, batch, epochs, settings, stopper, rng)
+        saved = old = None                                 # a net replaced is let go before training
+        if fresh:                                          # a warm start: a new optimizer, as scikit-learn's
+            self.net_.optimizer_state.reset()
+        self._train(training, validation, batch, epochs, settings, stopper, rng, incremental)
         return self
+
+    def _net_for(self, first, incremental, n_in, settings, rng):
+        """The net this fit trains: a new one, the fitted one built anew after ``set_params``, or the fitted
+        one itself, whose optimizer starts again (True: after the bound) on a warm ``fit``."""
+        if first:
+            if hasattr(self, "net_"):
+                self.net_.release_workspace()               # only its parameters are held while the new is made
+            self._initialize(n_in, settings, rng)
+            return False
+        if self._rebuilt(settings, incremental):
+            return False
+        if not all_finite(self.net_.params.flat):
+            raise ValueError("coefs_ or intercepts_ hold NaN or inf (set through them since the last fit): "
+                             "a warm start or partial_fit goes on from finite weights only")
+        return not incremental
 
     @staticmethod
     def _built_with(settings):
@@ -146,7 +154,7 @@ class BaseMLP(BaseEstimator):
                              f"{was['hidden_layer_sizes']}: a warm start or partial_fit goes on with the fitted "
                              "layers; set warm_start=False (or a new estimator) to fit new ones")
         old, dtype = self.net_, np.dtype(settings["dtype"])
-        old._engine = None                                 # its workspace freed before the new net is made
+        old.release_workspace()                            # only its parameters are held while the new is made
         self.net_ = NetworkWithCheckpointing.blank(old.sizes, dtype, strategy=settings["strategy"],
                                                    loss=self.loss_name, activation=settings["activation"],
                                                    optimizer=settings["optimizer"],
@@ -193,15 +201,21 @@ class BaseMLP(BaseEstimator):
                           f"to {n}", UserWarning, stacklevel=4)
         return min(self.batch_size, n)
 
-    def _train(self, training, validation, batch, epochs, settings, stopper, rng):
+    def _train(self, training, validation, batch, epochs, settings, stopper, rng, incremental):
         """The net's ``SGD`` over ``epochs`` epochs, then the fitted attributes from its history."""
         n, net = len(training[0]), self.net_
         seed = int(rng.randint(np.iinfo(np.int32).max)) if settings["shuffle"] else False
         try:
             net.SGD(training, epochs, batch, settings["eta"], validation=validation, shuffle=seed, drop_last=False,
                     verbose=False, progress=False, first_epoch=self._epochs, early_stopping=stopper,
-                    lr_schedule=schedule(self, settings["solver"], n, self.t_, self._epochs),
+                    lr_schedule=schedule(self, settings["solver"], n, self.t_, self._epochs, incremental),
                     on_epoch=self._said if self.verbose else None)
+        except ValueError as exc:                          # the net's names for the data, as the estimator's
+            text = str(exc)
+            for inner, outer in (("training_data[0]", "X"), ("training_data[1]", "y")):
+                if text.startswith(inner):
+                    raise ValueError(outer + text[len(inner):]) from None
+            raise
         except FloatingPointError as exc:
             raise ValueError(f"{exc}: the input may hold values too large for these settings; scale it (for "
                              "example with sklearn.preprocessing.StandardScaler), or lower learning_rate_init (got "
@@ -245,6 +259,17 @@ class BaseMLP(BaseEstimator):
 _FITTING, _FITTING_LOCK = weakref.WeakSet(), threading.Lock()     # the estimators being fitted now
 
 
+def _floats(a, dtype, name):
+    """``a`` (X, or y as the net takes it) as the kernels read it: float16 in the net's ``dtype``, as
+    scikit-learn's MLPs take it, and a long double in float64, checked first to be within its range."""
+    if a.dtype.kind != "f" or a.dtype.itemsize in (4, 8):
+        return a
+    if a.dtype.itemsize < 4:
+        return a.astype(dtype)
+    check_in_range(a.reshape(len(a), -1), np.float64, name)
+    return a.astype(np.float64)
+
+
 def _net_bytes(net):
     """The bytes a net without its engine holds: its parameters and its optimizer's state."""
     return net.params.flat.nbytes + net.optimizer_state.state.nbytes
@@ -259,4 +284,8 @@ def _layers_like(values, now, name):
     for i, (v, w) in enumerate(zip(values, now)):
         if np.shape(v) != w.shape:
             raise ValueError(f"{name}[{i}] must have shape {w.shape}, got {np.shape(v)}")
+        v = np.asarray(v)
+        if v.dtype.kind in "fc" and not np.isfinite(v).all():
+            at = tuple(int(k) for k in np.argwhere(~np.isfinite(v))[0])
+            raise ValueError(f"{name}[{i}] holds {v[at]!s} at index {at}: weights and biases must be finite")
     return values

@@ -76,6 +76,8 @@ def checked(est):
         raise ValueError(f"learning_rate_init must be finite and > 0, got {est.learning_rate_init!r}")
     out["eta"] = eta
     check_nonnegative(est.power_t, "power_t")
+    if isinstance(est.verbose, str) or not isinstance(est.verbose, (numbers.Integral, np.bool_)):
+        raise ValueError(f"verbose must be True, False or an int, got {est.verbose!r}")
     for name in ("shuffle", "warm_start", "early_stopping", "nesterovs_momentum", "optimizer_in_backward"):
         out[name] = check_bool(getattr(est, name), name)
     if est.n_iter_no_change != np.inf:
@@ -86,12 +88,16 @@ def checked(est):
 
 
 def optimizer(est):
-    """The engine's optimizer of ``solver``: Adam, or SGD with (Nesterov's) momentum."""
-    if est.solver == "adam":
-        return Adam(betas=(_between(est.beta_1, "beta_1", 0, 1), _between(est.beta_2, "beta_2", 0, 1)),
-                    eps=_positive(est.epsilon, "epsilon"))
+    """The engine's optimizer of ``solver``: Adam, or SGD with (Nesterov's) momentum.  Every solver's settings
+    are checked whichever is chosen, as scikit-learn checks them (a bad one would surface at a later
+    ``set_params(solver=...)`` otherwise)."""
+    betas = (_between(est.beta_1, "beta_1", 0, 1), _between(est.beta_2, "beta_2", 0, 1))
+    eps = _positive(est.epsilon, "epsilon")
     momentum = _between(est.momentum, "momentum", 0, 1, closed_high=True)
-    return Momentum(momentum, nesterov=check_bool(est.nesterovs_momentum, "nesterovs_momentum")) if momentum else "sgd"
+    nesterov = check_bool(est.nesterovs_momentum, "nesterovs_momentum")
+    if est.solver == "adam":
+        return Adam(betas=betas, eps=eps)
+    return Momentum(momentum, nesterov=nesterov) if momentum else "sgd"
 
 
 def _positive(value, name):
@@ -101,11 +107,12 @@ def _positive(value, name):
     return v
 
 
-def schedule(est, solver, samples, samples_before, first_epoch):
+def schedule(est, solver, samples, samples_before, first_epoch, incremental):
     """The learning rate per epoch: constant, or with ``learning_rate="invscaling"`` and SGD scikit-learn's
-    ``learning_rate_init / (t + 1) ** power_t`` (``samples`` per epoch, ``samples_before`` already)."""
+    ``learning_rate_init / (t + 1) ** power_t`` (``samples`` per epoch, ``samples_before`` already); a fit that
+    is not a ``partial_fit`` has a new optimizer, whose first epoch is at ``learning_rate_init``."""
     if solver == "sgd" and est.learning_rate == "invscaling":
-        return InverseScaling(est.power_t, samples, samples_before, first_epoch)
+        return InverseScaling(est.power_t, samples, samples_before, first_epoch, fresh=not incremental)
     return None
 
 
@@ -113,7 +120,8 @@ def stopping(est, settings, incremental):
     """The run's :class:`~fastckpt.engine.stopping.EarlyStopping`: on the validation score with
     ``early_stopping`` (the best weights restored), else on the training loss (the last weights kept), as
     scikit-learn's; ``learning_rate="adaptive"`` with SGD divides the rate by 5 instead of stopping."""
-    patience = None if est.n_iter_no_change == np.inf or incremental else int(est.n_iter_no_change)
     adaptive = settings["solver"] == "sgd" and settings["learning_rate"] == "adaptive"
+    counted = est.n_iter_no_change != np.inf and (adaptive or not incremental)   # partial_fit: adaptive shrinks
+    patience = int(est.n_iter_no_change) if counted else None
     return EarlyStopping(patience, settings["tol"], monitor="val_score" if settings["early_stopping"] else "loss",
                          restore_best_weights=settings["early_stopping"], shrink=5.0 if adaptive else None)
