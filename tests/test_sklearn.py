@@ -589,6 +589,33 @@ def test_max_memory_counts_the_net_a_warm_fit_replaces(rng, change):
     assert peak <= mib * MiB, (peak, mib)
 
 
+@pytest.mark.memory
+@pytest.mark.parametrize("early_stopping", [False, True], ids=["plain", "early"])
+def test_the_least_bound_a_fit_takes_holds_it(early_stopping):
+    """At the least max_memory a fit takes (to 4 KiB), memray's peak of the fit and the data it was given stay
+    within it: a fit made ~100 KiB of Python objects (scikit-learn's checks, ABC caches) more than counted."""
+    from fastckpt.report.measure import memray_peak
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((6000, 50)), rng.integers(0, 5, 6000)
+    settings = dict(hidden_layer_sizes=(64, 64), max_iter=1, batch_size=500, random_state=0,
+                    early_stopping=early_stopping)
+
+    def fit(bound):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return MLPClassifier(**settings, max_memory=bound).fit(x, y)
+    low, high = 1 * MiB, 64 * MiB
+    while high - low > 4096:
+        try:
+            fit((low + high) // 2)
+            high = (low + high) // 2
+        except ValueError:
+            low = (low + high) // 2
+    fit(high)                                                         # warm-up
+    peak = memray_peak(lambda: fit(high))
+    assert peak + x.nbytes + y.nbytes <= high, (peak + x.nbytes + y.nbytes, high)
+
+
 def test_float16_data_fits_as_its_float64_values(rng):
     """scikit-learn's MLPs take float16 X and y; here they are the net's dtype before the kernels see them."""
     x, y = _regression(rng, n=60)
