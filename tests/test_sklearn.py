@@ -477,7 +477,7 @@ def test_max_memory_refuses_a_fit_before_training_with_its_parts(rng):
     x, y = rng.standard_normal((20_000, 50)), rng.integers(0, 5, 20_000)
     clf = MLPClassifier((256,) * 8, max_iter=1, batch_size=2000, max_memory="40MiB", random_state=0)
     with pytest.raises(ValueError, match=r"max_memory 40MiB: this run needs 59\.\d\d MiB with strategy plain \(data "
-                                         r"7\.78 MiB, step: total 50\.\d\d MiB, .*besides 180\.25 KiB\); "
+                                         r"7\.78 MiB, step: total 50\.\d\d MiB, .*besides 316\.25 KiB\); "
                                          r"strategy='fit\(\d+\)' plans a step"):
         clf.fit(x, y)                       # besides: the labels as class indices and the estimator's objects
     assert not hasattr(clf, "loss_")                                 # refused before the first update
