@@ -173,3 +173,23 @@ def test_train_refuses_lone_or_clashing_best_flags(tmp_path, capsys):
     assert "is the --save file" in capsys.readouterr().err
     assert cli.main(["train", "--early-stopping", "2", "--threads", "2"]) == 2
     assert "--early-stopping 2 trains one process's net" in capsys.readouterr().err
+
+
+def test_a_run_with_early_stopping_is_not_resumed(tmp_path, capsys):
+    """Its count of epochs without improvement, best score and best weights are not in the --save file: a
+    resumed run trained on past the epoch the unbroken one stopped at, in silence; it is refused, as is
+    --early-stopping given to the resume of a run trained without it."""
+    part, plain = str(tmp_path / "part.npz"), str(tmp_path / "plain.npz")
+    assert cli.main(["train", "--sizes", "784,16,10", "--batch-size", "50", "--epochs", "2", "--validation", "0.2",
+                     "--early-stopping", "3", "--save", part]) == 0
+    assert fastckpt.load(part).training_state["early_stopping"] == 3
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", part, "--epochs", "4", "--save", part]) == 2
+    said = capsys.readouterr().err
+    assert "was trained with --early-stopping 3: its count of epochs without improvement" in said, said
+    assert cli.main(["train", "--sizes", "784,16,10", "--batch-size", "50", "--epochs", "1", "--validation", "0.2",
+                     "--save", plain]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", plain, "--epochs", "2", "--save", plain, "--early-stopping", "2"]) == 2
+    assert "with --early-stopping 2: its count" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", plain, "--epochs", "2", "--save", plain]) == 0

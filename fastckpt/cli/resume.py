@@ -99,7 +99,7 @@ def training_state(run, accuracies, epochs_done, updates_done, n_train, per_upda
     """What ``--save`` stores beside the net after an epoch (NOTE [ Resuming ])."""
     return {"mode": run.mode, "epochs_done": epochs_done, "updates_done": updates_done, "accuracies": list(accuracies),
             "max_memory": run.max_memory, "shuffle": run.shuffle, "validation": run.validation,
-            "lr_schedule": run.lr_schedule,
+            "lr_schedule": run.lr_schedule, "early_stopping": run.early_stopping,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if data_path(run.data) is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
             "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
@@ -181,6 +181,12 @@ def resumed(args):
     if args.save is None:
         raise ValueError(f"--resume {args.resume!r} without --save would train and keep nothing: add --save FILE "
                          f"(--save {args.resume!r} goes on in that file)")
+    stopping = state.get("early_stopping") if state.get("early_stopping") is not None else args.early_stopping
+    if stopping is not None:
+        raise ValueError(f"--resume {args.resume!r}{' was trained' if state.get('early_stopping') else ''} with "
+                         f"--early-stopping {stopping}: its count of epochs without improvement, best score and best "
+                         "weights are not in the file, so the run cannot go on as it would have; train it again "
+                         "from the start (its --save-best file keeps the best epoch)")
     for key in ("shuffle", "validation"):
         if getattr(args, key) is not None and getattr(args, key) != state.get(key):
             raise ValueError(f"--{key} {getattr(args, key)} differs from the --resume file's {state.get(key)}; leave "
@@ -245,12 +251,14 @@ def _check_state(state, path):
 
 def _check_run_fields(state, where):
     """The fields that say how the run trained (each may be null): ``mode`` a string, ``max_memory`` a count of
-    bytes, ``shuffle`` a seed, ``validation`` a fraction, ``lr_schedule`` a schedule's spelling."""
+    bytes, ``shuffle`` a seed, ``validation`` a fraction, ``lr_schedule`` a schedule's spelling,
+    ``early_stopping`` the run's patience."""
     checks = {"mode": ("a string", lambda v: isinstance(v, str)),
               "max_memory": (f"an integer of bytes from 1 to {INT64}", lambda v: type(v) is int and 1 <= v <= INT64),
               "shuffle": ("an integer seed from 0 to 2**32 - 1", lambda v: type(v) is int and 0 <= v < 2**32),
               "validation": ("a fraction between 0 and 1", lambda v: type(v) is float and 0 < v < 1),
-              "lr_schedule": ("a learning-rate schedule such as 'cosine(10)'", _schedule)}
+              "lr_schedule": ("a learning-rate schedule such as 'cosine(10)'", _schedule),
+              "early_stopping": ("a count of epochs from 1", lambda v: type(v) is int and v >= 1)}
     for key, (kind, ok) in checks.items():
         value = state.get(key)
         if value is not None and not ok(value):
