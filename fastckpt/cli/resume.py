@@ -178,6 +178,21 @@ def resumed(args):
         raise ValueError(f"--threads {args.threads} and --parallel-batches {per_update or args.threads} "
                          f"average {per_update or args.threads} mini-batches per update, but the --resume file's "
                          f"run averaged {state['parallel_batches']}: give the same")
+    _refuse_what_cannot_go_on(args, state)
+    for key in ("shuffle", "validation"):
+        if getattr(args, key) is not None and getattr(args, key) != state.get(key):
+            raise ValueError(f"--{key} {getattr(args, key)} differs from the --resume file's {state.get(key)}; leave "
+                             f"--{key} out to go on with the file's")
+    np.random.set_state(state["rng"])
+    return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
+                            validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
+                            pipeline=pipeline)
+
+
+def _refuse_what_cannot_go_on(args, state):
+    """A resume without ``--save`` (it would keep nothing), and of a run with early stopping: its count of epochs
+    without improvement, best score and best weights are not in the file (a resumed run trained on past the
+    epoch the unbroken one stopped at)."""
     if args.save is None:
         raise ValueError(f"--resume {args.resume!r} without --save would train and keep nothing: add --save FILE "
                          f"(--save {args.resume!r} goes on in that file)")
@@ -187,14 +202,6 @@ def resumed(args):
                          f"--early-stopping {stopping}: its count of epochs without improvement, best score and best "
                          "weights are not in the file, so the run cannot go on as it would have; train it again "
                          "from the start (its --save-best file keeps the best epoch)")
-    for key in ("shuffle", "validation"):
-        if getattr(args, key) is not None and getattr(args, key) != state.get(key):
-            raise ValueError(f"--{key} {getattr(args, key)} differs from the --resume file's {state.get(key)}; leave "
-                             f"--{key} out to go on with the file's")
-    np.random.set_state(state["rng"])
-    return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
-                            validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
-                            pipeline=pipeline)
 
 
 def with_strategy(net, strategy):
