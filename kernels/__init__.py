@@ -64,7 +64,7 @@ from .runs import (
     float_record_elems,
     runner,
 )
-from .schedules import once_points, region_table_of, revolve_splits
+from .schedules import least_arena, once_points, region_table_of, revolve_splits
 from .staging import label_range, one_hot, scale_into
 from .sync import add_in_turn, new_gate, raise_flag, wait_flag
 from .transport import (
@@ -87,7 +87,8 @@ __all__ = [
     "bounded_fronts", "copy_finite", "counted_adam_step", "counted_momentum_step", "cross_entropy_delta",
     "dense_backward", "dense_backward_input", "dense_backward_sgd", "dense_forward", "dense_forward_layer",
     "dense_forward_log_softmax", "float16_encode", "float_record_elems", "gemm", "int8_decode", "int8_encode",
-    "label_range", "label_sums", "momentum_step", "new_gate", "once_points", "one_hot", "quadratic_delta", "raise_flag",
+    "label_range", "label_sums", "least_arena", "momentum_step", "new_gate", "once_points", "one_hot",
+    "quadratic_delta", "raise_flag",
     "region_table_of", "revolve_splits", "run_blas_threads", "runner", "scale_into", "set_blas_threads", "sgd_step",
     "squared_error_delta", "sum_squares", "table_decode", "target_sums", "wait_flag",
 ]

@@ -26,6 +26,35 @@ def region_table_of(w):
 
 
 @kernel
+def least_arena(w, after, max_steps):
+    """The least arena peak of any schedule tree over reverse steps ``0 .. n-1`` (``n = len(w)``), gradients
+    included (``after[t]``: their bytes once step ``t`` is done), or -1 past ``max_steps`` inner steps.
+
+    A tree's arena is a maximum over its split and its two subtrees, which are chosen apart, so the least of
+    the whole is the least over splits of the maxima of the least subtrees: one table, no fronts.
+    """
+    n = w.shape[0]
+    if (n + 1) ** 3 // 6 > max_steps:
+        return -1
+    least = np.zeros((n + 1, n + 1), dtype=np.int64)
+    for s in range(n):
+        least[s, s + 1] = after[s]
+    for length in range(2, n + 1):
+        for s in range(n - length + 1):
+            t = s + length
+            best = 1 << 62                                # above any peak
+            region = w[s + 1]
+            for i in range(s + 1, t):
+                if i > s + 1:
+                    region = max(region, w[i - 1] + w[i])
+                p = max(region + after[t], w[i] + least[i, t], least[s, i])
+                if p < best:
+                    best = p
+            least[s, t] = best
+    return least[0, n]
+
+
+@kernel
 def revolve_splits(prefix, w, regions, slots, unbounded, max_steps):
     """``(split, steps)``: ``split[d, s, t]`` of the least-(FLOPs, peak) trees, first split on ties, for
     depths 1 .. slots, and the inner steps taken.  Past ``max_steps`` it stops, incomplete.

@@ -18,7 +18,7 @@ TRAIN = [sys.executable, "-m", "fastckpt", "train", "--epochs", "1"]
     (["--partition", "2,1"], "--partition 2,1 is an option of training over MPI ranks"),
     (["--mpi", "--transport", "float16"], "--transport float16 is an option of --pipeline P; without it it would "
                                           "change nothing"),
-    (["--tensor-parallel", "--max-memory", "1KiB"], "fit(1KiB): this rank's part of the net at 10 rows a pass "
+    (["--tensor-parallel", "--max-memory", "1KiB"], "--max-memory 1KiB: this rank's part of the net at 10 rows a pass "
                                                      "holds at least 860288 bytes (840.12 KiB) with its gradient sum "
                                                      "and message buffers"),
 ])

@@ -97,7 +97,7 @@ def test_max_memory_is_fit_and_bounds_the_whole_step():
     both = _run("plan", "--strategy", "sqrt", "--max-memory", "1GiB")
     assert both.returncode == 2 and "give --strategy or --max-memory, not both" in both.stderr
     small = _run("plan", "--max-memory", "10KiB")
-    assert small.returncode == 2 and "fit(10KiB)" in small.stderr and "needs at least" in small.stderr
+    assert small.returncode == 2 and "--max-memory 10KiB: " in small.stderr and "needs at least" in small.stderr
     bad = _run("train", "--max-memory", "lots")
     assert bad.returncode == 2 and "--max-memory: cannot read 'lots' as bytes" in bad.stderr
 

@@ -7,7 +7,6 @@ from fastckpt import InfeasiblePlan, plan
 from fastckpt.core.layout import grad_bytes
 from fastckpt.planner.costs import forward_flops, state_bytes
 from fastckpt.planner.trees import tree_cost, walk
-from fastckpt.planner.units import parse_bytes
 
 
 def _every_tree(sizes, batch, item, fused, optimizer):
@@ -90,13 +89,17 @@ def test_bytes_are_read_exactly():
             parse_strategy(bad)
 
 
-@pytest.mark.parametrize("bound", ["1KiB", "20744", "110744"])
-def test_a_deep_fit_that_cannot_be_is_refused_with_a_true_least(bound):
-    """Past EXACT_LEAST_LAYERS the refusal names a lower bound of the least (the exact least with the gradients
-    in the arena is a search of its own there): above the bytes refused, at most what a feasible fit takes."""
-    sizes = [8] + [4] * 300 + [3]
-    with pytest.raises(InfeasiblePlan, match="a lower bound") as info:
-        plan(sizes, 20, strategy=f"fit({bound})")
-    assert info.value.minimum_bytes > parse_bytes(bound, "bound")
-    feasible = plan(sizes, 20, strategy="fit(150000)").bytes()["total"]
-    assert info.value.minimum_bytes <= feasible <= 150000
+@pytest.mark.parametrize("depth", [150, 300])
+def test_a_deep_fit_that_cannot_be_is_refused_with_the_exact_least(depth):
+    """Past 100 layers too the refusal names the least a step needs with its gradients in the arena, exactly: a fit
+    of that many bytes plans a step of that total, one byte less is refused (it named a lower bound there, one
+    byte above what was refused, and a bound on the whole run then could not find its step)."""
+    sizes = [8] + [4] * depth + [3]
+    with pytest.raises(InfeasiblePlan) as info:
+        plan(sizes, 20, strategy="fit(1KiB)")
+    least = info.value.minimum_bytes
+    assert "lower bound" not in str(info.value) and str(least) in str(info.value)
+    assert plan(sizes, 20, strategy=f"fit({least})").bytes()["total"] == least
+    with pytest.raises(InfeasiblePlan) as info:
+        plan(sizes, 20, strategy=f"fit({least - 1})")
+    assert info.value.minimum_bytes == least

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from array import array
 
+import exhaustive
 import numpy as np
 import pytest
 
@@ -18,7 +19,7 @@ import fastckpt
 from fastckpt.planner.costs import forward_flops, state_bytes
 from fastckpt.planner.search import least_peak, multi_front, once_front, region_table, revolve_tree
 from fastckpt.planner.strategies import Budget, Revolve
-from fastckpt.planner.trees import keep_all
+from fastckpt.planner.trees import keep_all, walk
 
 
 class _Old:
@@ -203,6 +204,19 @@ def test_once_fronts_are_the_old_ones_on_medium_chains(rng):
         for limit in (None, peaks[0] - 1, peaks[0], peaks[len(peaks) // 2] + 1):
             assert _new_front(once_front, flops, w, limit) == _Old.once(flops, w, limit), (sizes, limit)
         assert least_peak(once_front, flops, w) == peaks[0]
+
+
+def test_the_least_arena_is_the_first_point_of_the_front_with_gradients(rng):
+    """least_peak with gradients (a min-max table) against the Pareto search's least point, on random chains
+    with gradients of random sizes, and against every tree on small ones."""
+    for trial in range(40):
+        sizes, flops, w = _medium_chain(rng, 1, 6 if trial < 20 else 20)
+        grads = [int(g) for g in rng.integers(0, 3 * max(w), size=len(flops))]
+        least = least_peak(multi_front, flops, w, grads)
+        assert least == multi_front(flops, w, None, grads).peaks[0], (sizes, grads)
+        if trial < 20:
+            n_layers = len(flops)
+            assert least == min(walk(t, n_layers, w, grads)[5] for t in exhaustive.all_trees(0, n_layers + 1))
 
 
 def test_region_table_is_the_old_one(rng):

@@ -44,7 +44,7 @@ def settled(args):
         if args.strategy is not None:
             raise ValueError(f"give --strategy or --max-memory, not both; got --strategy {args.strategy} and "
                              f"--max-memory {format_bytes(args.max_memory)}")
-        strategy = Fit(args.max_memory)
+        strategy = Fit(args.max_memory, named=f"--max-memory {format_bytes(args.max_memory)}")
     elif args.strategy is None and args.command not in ("train", "profile"):
         strategy = parse_strategy(TRAIN_DEFAULTS["strategy"])           # one default for every command
     return argparse.Namespace(**dict(vars(args), strategy=strategy))

@@ -108,8 +108,8 @@ class DataParallel:
             except InfeasiblePlan as exc:
                 least = shared + threads * (exc.minimum_bytes - net.params.flat.nbytes)
                 state = ", the optimizer's state" if net.optimizer.slots else ""
-                raise InfeasiblePlan(f"{strategy} with {threads} threads: the parameters{state}, the gradient sum "
-                                     f"and {threads} workers' steps need at least {least} bytes "
+                raise InfeasiblePlan(f"{strategy.shown()} with {threads} threads: the parameters{state}, the "
+                                     f"gradient sum and {threads} workers' steps need at least {least} bytes "
                                      f"({shown_bytes(least)}); got {strategy.nbytes}", least) from None
         if threads == 1 and net.optimizer.slots:                          # the one worker's plan holds the state
             return net.plan(batch, optimizer_in_backward=False)

@@ -43,7 +43,7 @@ measurements.
 import numpy as np
 
 from fastckpt.core.resources import free_bytes, shown_bytes
-from fastckpt.kernels import NO_ROOM, bounded_fronts, once_points, region_table_of, revolve_splits
+from fastckpt.kernels import NO_ROOM, bounded_fronts, least_arena, once_points, region_table_of, revolve_splits
 
 from .trees import keep_all, points_tree, suffix_sums
 
@@ -206,18 +206,28 @@ def least_peak(search, flops, w, grads=None):
 
     Every tree forwards from ``a[0]`` through each pair of neighbouring states,
     and the tree that recomputes each state from ``a[0]`` holds nothing else, so
-    without gradients the least over every tree is the widest pair.  Otherwise
-    it is the first point of the front without a limit, found under doubling
-    limits so that no front holds points much above it.  ``grads`` is passed
-    on to :func:`multi_front`.
+    without gradients the least over every tree is the widest pair.  With ``grads``
+    (bytes per layer, in the arena from the step that writes them: NOTE [ Gradients
+    in the arena ]) it is :func:`~fastckpt.kernels.least_arena`'s table, ``n^3 / 6``
+    steps and ``8 n^2`` bytes.  For :func:`once_front`, the first point of its front,
+    found under doubling limits so that no front holds points much above it.
     """
     w = [int(v) for v in w]
-    widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
-    if search is multi_front and not grads:
-        return widest
-    limit = 2 * widest
+    if search is multi_front:
+        return least_arena_peak(w, grads) if grads else max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
+    limit = 2 * max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
     while True:
-        front = search(flops, w, limit, grads) if grads else search(flops, w, limit)
+        front = search(flops, w, limit)
         if front.peaks:
             return front.peaks[0]
         limit *= 2
+
+
+def least_arena_peak(w, grads):
+    """The least arena, activations and ``grads``, of any tree over the states ``w``: exact, or
+    :class:`PlanTooCostly` past :data:`MAX_STEPS` steps (some 1,400 layers) or half the free memory."""
+    n = len(w)
+    check_room("the least memory of a step", n, 8 * (n + 1) ** 2)
+    least = least_arena(np.asarray(w, dtype=np.int64), np.array(suffix_sums(list(grads)), dtype=np.int64), MAX_STEPS)
+    check_steps("the least memory of a step", n, MAX_STEPS + 1 if least < 0 else 0)
+    return int(least)

@@ -193,8 +193,9 @@ class Fit(Strategy):
     in the arena ]).
     """
 
-    def __init__(self, nbytes):
+    def __init__(self, nbytes, named=None):
         self.nbytes = parse_bytes(nbytes, "fit(bytes)")
+        self.named = named              # how a refusal names the bound (the command line's --max-memory B)
 
     def tree(self, sizes, batch_size, itemsize):
         return self.step_search(sizes, batch_size, itemsize)[0]
@@ -213,33 +214,32 @@ class Fit(Strategy):
         if found is not None:                                  # peaks: the arena with the gradients
             return found
         least, exact = fixed + least_peak(multi_front, flops, w), grads is None
-        if not exact and len(w) <= EXACT_LEAST_LAYERS + 1:
-            try:                                               # with the gradients in the arena: a search
+        if not exact:
+            try:                                               # with the gradients in the arena: a table
                 least, exact = fixed + least_peak(multi_front, flops, w, grads), True
-            except PlanTooCostly:
+            except PlanTooCostly:                              # past some 1,400 layers
                 pass
         least = least if exact else max(least, self.nbytes + 1)      # a lower bound: more than what did not fit
-        bound = "" if exact else ", a lower bound: the exact least is a search of its own at this depth"
+        bound = "" if exact else ", a lower bound: the exact least is too long a search at this depth"
         raise InfeasiblePlan(
-            f"{self}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at least "
-            f"{least} bytes ({shown_bytes(least)}{bound}) "
+            f"{self.shown()}: {describe_sizes(sizes)} at batch {batch_size} in float{8 * itemsize} needs at "
+            f"least {least} bytes ({shown_bytes(least)}{bound}) "
             f"for a training step, of which {fixed} "
             f"({shown_bytes(fixed)}) are parameters{', optimizer state' if optimizer_slots else ''}, deltas and "
             f"buffers no schedule removes; got {self.nbytes}",
             least)
 
+    def shown(self):
+        """How a refusal names the bound: as the user gave it."""
+        return self.named or str(self)
+
     def __str__(self):
         return f"fit({format_bytes(self.nbytes)})"
 
 
-# Past this depth a refused fit(bytes) names a lower bound of the least a step needs, not the least itself: with its
-# gradients in the arena that is a search of its own (seconds to a minute at a few hundred layers)
-EXACT_LEAST_LAYERS = 100
-
-
 class InfeasiblePlan(ValueError):
-    """A budget below what any schedule needs; ``minimum_bytes`` says what would fit (for ``fit`` past
-    ``EXACT_LEAST_LAYERS`` layers, a lower bound of it, above the bytes refused)."""
+    """A budget below what any schedule needs; ``minimum_bytes`` says what would fit (for ``fit`` past some
+    1,400 layers, where finding it takes too long, a lower bound of it, above the bytes refused)."""
 
     def __init__(self, message, minimum_bytes):
         super().__init__(message)

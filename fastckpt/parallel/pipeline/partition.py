@@ -117,8 +117,8 @@ def _fit(strategy, planned, made, lo, hi, rows, whole):
             f"the stage of layers {lo}..{hi - 1} at micro-batches of {rows}"
         held = "its gradient sum and message buffers" if whole else \
             "its micro-batches in flight, gradient sum and message buffers"
-        raise InfeasiblePlan(f"{strategy}: {part} holds at least {total} bytes ({shown_bytes(total)}) with {held}; "
-                             f"got {strategy.nbytes}", total)
+        raise InfeasiblePlan(f"{strategy.shown()}: {part} holds at least {total} bytes ({shown_bytes(total)}) "
+                             f"with {held}; got {strategy.nbytes}", total)
     high = made("plain").bytes()["activation_memory"]
     while high - low > max(64 * 1024, high // 256):     # low fits, high does not: the most that still fits
         mid = (low + high) // 2
