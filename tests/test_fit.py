@@ -103,3 +103,19 @@ def test_a_deep_fit_that_cannot_be_is_refused_with_the_exact_least(depth):
     with pytest.raises(InfeasiblePlan) as info:
         plan(sizes, 20, strategy=f"fit({least - 1})")
     assert info.value.minimum_bytes == least
+
+
+def test_a_deep_nets_run_bound_under_its_least_names_max_memory(rng):
+    """A bound on a 150-layer net's whole run under what its least step needs: the refusal names max_memory and
+    that step (it was a fit(...) the run derived, 'needing' one byte more than it was given)."""
+    from fastckpt import NetworkWithCheckpointing
+    sizes = [8] + [4] * 150 + [3]
+    with pytest.raises(InfeasiblePlan) as info:
+        plan(sizes, 20, strategy="fit(1KiB)")
+    x, y = rng.random((100, 8)), np.eye(3)[rng.integers(0, 3, 100)]
+    net = NetworkWithCheckpointing(sizes, strategy="plain")
+    bound = info.value.minimum_bytes + 300 * 1024               # the run's Python objects alone are ~300 KiB
+    with pytest.raises(ValueError) as refused:
+        net.SGD((x, y), 1, 20, 0.1, max_memory=bound)
+    assert str(refused.value).startswith(f"max_memory {bound}: the whole run needs at least ")
+    assert "the least training step" in str(refused.value)
