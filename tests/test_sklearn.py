@@ -414,6 +414,24 @@ def test_data_past_a_float32_nets_range_is_named_as_x_or_y(rng):
         reg.fit(np.where((np.arange(60) == 2)[:, None] & (np.arange(5) == 4), -1e39, x), y)
 
 
+def test_a_fit_refused_before_training_keeps_the_fitted_model(rng):
+    """A new fit refused for its data (past a float32 net's range, found when the net had been made anew) and a
+    warm fit refused after its net was rebuilt for set_params (a validation set too small) leave the estimator
+    as it was: its net, its features, its predictions."""
+    x, y = rng.random((60, 7)), rng.integers(0, 3, 60)
+    clf = MLPClassifier(hidden_layer_sizes=(5,), max_iter=3, dtype=np.float32, random_state=0).fit(x, y)
+    net, before = clf.net_, clf.predict_proba(x)
+    bad = rng.random((60, 5))
+    bad[0, 0] = 1e300
+    with pytest.raises(ValueError, match=r"^X holds 1e\+300 at index \(0, 0\)"):
+        clf.fit(bad, y)
+    clf.set_params(warm_start=True, strategy="sqrt", early_stopping=True, validation_fraction=0.01)
+    with pytest.raises(ValueError, match="validation_fraction=0.01 of 60 samples holds out 1"):
+        clf.fit(x, y)
+    assert clf.net_ is net and clf.n_features_in_ == 7 and str(clf.net_.strategy) == "plain"
+    np.testing.assert_array_equal(clf.predict_proba(x), before)
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

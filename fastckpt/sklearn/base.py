@@ -76,8 +76,29 @@ class BaseMLP(BaseEstimator):
         settings = checked(self)
         if settings["early_stopping"] and incremental:
             raise ValueError("partial_fit does not support early_stopping=True; fit does")
+        saved = dict(self.__dict__)                        # what a fit refused before training puts back
+        l2 = self.net_.l2 if hasattr(self, "net_") else None
+        try:
+            training, validation, batch, epochs, stopper, rng, fresh = self._prepared(X, y, incremental, classes,
+                                                                                      settings, saved)
+        except BaseException:                              # refused before training: the estimator as it was
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            if l2 is not None:
+                self.net_.l2 = l2
+            raise
+        saved = None                                       # a net replaced is let go before training
+        if fresh:                                          # a warm start: a new optimizer, as scikit-learn's
+            self.net_.optimizer_state.reset()
+        self._train(training, validation, batch, epochs, settings, stopper, rng, incremental)
+        return self
+
+    def _prepared(self, X, y, incremental, classes, settings, saved):
+        """The data checked, the net this fit trains (:meth:`_net_for`) and its run checked against
+        ``max_memory``: ``(training, validation, batch, epochs, stopper, rng, fresh)``.  ``saved``: the
+        estimator's attributes before the fit."""
         first = not hasattr(self, "net_") or (not self.warm_start and not incremental)
-        saved, given = dict(self.__dict__), (X, y)         # what a fit refused before training puts back
+        given = (X, y)
         X, y = validate_data(self, X, y, accept_sparse=False, dtype="numeric", multi_output=True,
                              y_numeric=self.loss_name == "squared_error", reset=first)
         X = _floats(X, settings["dtype"], "X")
@@ -101,20 +122,11 @@ class BaseMLP(BaseEstimator):
             stopper.go_on(self._stopper, rate=incremental)  # scikit-learn's count goes on over the fits
         if settings["max_memory"] is not None:
             old = saved.get("net_")
-            try:
-                data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
-                           arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
-                           best=stopper.restore_best_weights, split_at=split_at,
-                           replaced=0 if old is None or old is self.net_ else _net_bytes(old))
-            except ValueError:                             # refused before training: the estimator as it was
-                self.__dict__.clear()
-                self.__dict__.update(saved)
-                raise
-        saved = old = None                                 # a net replaced is let go before training
-        if fresh:                                          # a warm start: a new optimizer, as scikit-learn's
-            self.net_.optimizer_state.reset()
-        self._train(training, validation, batch, epochs, settings, stopper, rng, incremental)
-        return self
+            data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
+                       arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
+                       best=stopper.restore_best_weights, split_at=split_at,
+                       replaced=0 if old is None or old is self.net_ else _net_bytes(old))
+        return training, validation, batch, epochs, stopper, rng, fresh
 
     def _net_for(self, first, incremental, n_in, settings, rng):
         """The net this fit trains: a new one, the fitted one built anew after ``set_params``, or the fitted
@@ -261,13 +273,17 @@ _FITTING, _FITTING_LOCK = weakref.WeakSet(), threading.Lock()     # the estimato
 
 def _floats(a, dtype, name):
     """``a`` (X, or y as the net takes it) as the kernels read it: float16 in the net's ``dtype``, as
-    scikit-learn's MLPs take it, and a long double in float64, checked first to be within its range."""
-    if a.dtype.kind != "f" or a.dtype.itemsize in (4, 8):
+    scikit-learn's MLPs take it, and a long double in float64, checked first to be within its range; and
+    checked within the range of the net's ``dtype`` before the fit lets go of anything it had fitted."""
+    if a.dtype.kind != "f":
         return a
     if a.dtype.itemsize < 4:
         return a.astype(dtype)
-    check_in_range(a.reshape(len(a), -1), np.float64, name)
-    return a.astype(np.float64)
+    if a.dtype.itemsize > 8:
+        check_in_range(a.reshape(len(a), -1), np.float64, name)
+        a = a.astype(np.float64)
+    check_in_range(a.reshape(len(a), -1), dtype, name)
+    return a
 
 
 def _net_bytes(net):
