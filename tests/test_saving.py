@@ -342,6 +342,28 @@ def test_resume_at_another_eta_fine_tunes_and_says_so(tmp_path):
     _same(fastckpt.load(tmp_path / "p.npz"), twin)
 
 
+def test_a_resume_goes_on_with_the_files_blas_threads(tmp_path):
+    """A run with --blas-threads N records N; its resume goes on with N unless given another count (OpenBLAS
+    rounds a (100 x 784) @ (784 x 40) product differently on one thread and on two), and says so when it is."""
+    common = ["--sizes", "784,40,10", "--batch-size", "100", "--eta", "0.5"]
+    whole = run_cli("train", *common, "--epochs", "2", "--blas-threads", "2", "--save", "whole.npz", cwd=tmp_path)
+    first = run_cli("train", *common, "--epochs", "1", "--blas-threads", "2", "--save", "part.npz", cwd=tmp_path)
+    assert whole.returncode == 0 and first.returncode == 0, (whole.stderr, first.stderr)
+    assert fastckpt.load(tmp_path / "part.npz").training_state["blas_threads"] == 2
+    rest = run_cli("train", "--resume", "part.npz", "--epochs", "2", "--save", "part.npz", cwd=tmp_path)
+    assert rest.returncode == 0 and "note" not in rest.stderr, rest.stderr
+    resumed = fastckpt.load(tmp_path / "part.npz")
+    assert resumed.training_state["blas_threads"] == 2
+    _same(fastckpt.load(tmp_path / "whole.npz"), resumed)
+    again = run_cli("train", *common, "--epochs", "1", "--blas-threads", "2", "--save", "other.npz", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    one = run_cli("train", "--resume", "other.npz", "--epochs", "2", "--blas-threads", "1", "--save", "other.npz",
+                  cwd=tmp_path)
+    assert one.returncode == 0 and "fastckpt train: note: --blas-threads 1 instead of the --resume file's " \
+        "--blas-threads 2: BLAS rounds some sums differently on another count of threads, so the run is not the " \
+        "unbroken run's bit for bit" in one.stderr.splitlines(), one.stderr
+
+
 # -- labels and predict -------------------------------------------------------------------------
 def test_integer_labels_train_exactly_like_one_hot(rng):
     x, y = _data(rng)
@@ -466,6 +488,7 @@ def test_resume_checks_every_field_of_the_training_state(tmp_path, change, messa
     ({"lr_schedule": 3}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got 3"),
     ({"lr_schedule": "bogus"}, "needs lr_schedule as a learning-rate schedule such as 'cosine(10)' or null, got "
                                "'bogus'"),
+    ({"blas_threads": 0}, "needs blas_threads as a count of threads from 1 or null, got 0"),
 ])
 def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, change, message):
     """A mode of 3 used to end in AttributeError ("a bug"), a max_memory of "lots" or -5 to be taken and written

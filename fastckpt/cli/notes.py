@@ -1,6 +1,6 @@
 """What ``train`` says about its run before it trains, on rank 0: what ``--max-memory`` chose, in words, on
 stdout; and its notes on stderr: a strategy that saves nothing here, a ``--resume`` file's cosine schedule
-that has ended, a ``--resume`` at another ``--eta`` (fine-tuning)."""
+that has ended, a ``--resume`` at another ``--eta`` (fine-tuning) or on other BLAS threads."""
 import sys
 
 from fastckpt.core.lr import parse_lr_schedule
@@ -11,6 +11,7 @@ from fastckpt.planner.words import spans
 
 from .bound import whole_run
 from .options import on_ranks
+from .resume import threads_note
 
 MiB = 2**20
 
@@ -53,6 +54,9 @@ def say_before_training(args, run, state, training, test):
     if state is not None and run.eta != state["eta"]:
         print(f"fastckpt train: note: --eta {run.eta:g} instead of the --resume file's {state['eta']:g}: the run "
               "goes on at the new rate (fine-tuning), so it is not the unbroken run's bit for bit", file=sys.stderr)
+    threads = threads_note(state) if state is not None else None
+    if threads:
+        print(f"fastckpt train: note: {threads}", file=sys.stderr)
     schedule = parse_lr_schedule(run.lr_schedule)
     if state is not None and schedule.name == "cosine" and schedule.epochs < args.epochs:
         print(f"fastckpt train: note: the --resume file's --lr-schedule {schedule} reached its eta_min "

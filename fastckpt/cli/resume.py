@@ -20,6 +20,7 @@ import numpy as np
 
 from fastckpt.core.files import npz_name
 from fastckpt.core.lr import parse_lr_schedule
+from fastckpt.engine.sharing import fix_threads, fixed_threads
 from fastckpt.nets.io import blank
 from fastckpt.parallel.mpi import launched_ranks
 from fastckpt.planner.strategies import format_bytes
@@ -102,7 +103,8 @@ def training_state(run, accuracies, epochs_done, updates_done, n_train, per_upda
             "lr_schedule": run.lr_schedule, "early_stopping": run.early_stopping,
             "batch_size": run.batch_size, "eta": run.eta, "seed": run.seed,
             "data": None if data_path(run.data) is None else os.path.abspath(run.data), "data_sha256": run.data_sha256,
-            "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state()}
+            "n_train": n_train, "parallel_batches": per_update, "rng": np.random.get_state(),
+            "blas_threads": fixed_threads()}
 
 
 class Saver:
@@ -184,6 +186,7 @@ def resumed(args):
             raise ValueError(f"--{key} {getattr(args, key)} differs from the --resume file's {state.get(key)}; leave "
                              f"--{key} out to go on with the file's")
     np.random.set_state(state["rng"])
+    _take_threads(state)
     return net, state, dict(saved, data=data, parallel_batches=per_update, shuffle=state.get("shuffle"),
                             validation=state.get("validation"), lr_schedule=state.get("lr_schedule"),
                             pipeline=pipeline)
@@ -202,6 +205,29 @@ def _refuse_what_cannot_go_on(args, state):
                          f"--early-stopping {stopping}: its count of epochs without improvement, best score and best "
                          "weights are not in the file, so the run cannot go on as it would have; train it again "
                          "from the start (its --save-best file keeps the best epoch)")
+
+
+def _take_threads(state):
+    """The --resume file's run's fixed BLAS threads, when this run fixed none: OpenBLAS rounds some GEMMs
+    differently on another count (NOTE [ Threads on a shared machine ]).  When the machine cannot run them, the
+    run goes on with threads that follow the load, and :func:`threads_note` says so."""
+    if state.get("blas_threads") is not None and fixed_threads() is None:
+        try:
+            fix_threads(state["blas_threads"])
+        except ValueError:
+            pass
+
+
+def threads_note(state):
+    """A note when this run's BLAS threads are not the --resume file's fixed ones: not the unbroken run bit for
+    bit; None when they are (or the file's followed the load)."""
+    saved, now = state.get("blas_threads"), fixed_threads()
+    if saved is None or saved == now:
+        return None
+    return (f"{'BLAS threads that follow the load' if now is None else f'--blas-threads {now}'} instead of the "
+            f"--resume file's --blas-threads {saved}: "
+            "BLAS rounds some sums differently on another count of threads, so the run is not the unbroken run's "
+            "bit for bit")
 
 
 def with_strategy(net, strategy):
@@ -259,13 +285,14 @@ def _check_state(state, path):
 def _check_run_fields(state, where):
     """The fields that say how the run trained (each may be null): ``mode`` a string, ``max_memory`` a count of
     bytes, ``shuffle`` a seed, ``validation`` a fraction, ``lr_schedule`` a schedule's spelling,
-    ``early_stopping`` the run's patience."""
+    ``early_stopping`` the run's patience, ``blas_threads`` the BLAS threads it fixed."""
     checks = {"mode": ("a string", lambda v: isinstance(v, str)),
               "max_memory": (f"an integer of bytes from 1 to {INT64}", lambda v: type(v) is int and 1 <= v <= INT64),
               "shuffle": ("an integer seed from 0 to 2**32 - 1", lambda v: type(v) is int and 0 <= v < 2**32),
               "validation": ("a fraction between 0 and 1", lambda v: type(v) is float and 0 < v < 1),
               "lr_schedule": ("a learning-rate schedule such as 'cosine(10)'", _schedule),
-              "early_stopping": ("a count of epochs from 1", lambda v: type(v) is int and v >= 1)}
+              "early_stopping": ("a count of epochs from 1", lambda v: type(v) is int and v >= 1),
+              "blas_threads": ("a count of threads from 1", lambda v: type(v) is int and 1 <= v < 2**31)}
     for key, (kind, ok) in checks.items():
         value = state.get(key)
         if value is not None and not ok(value):

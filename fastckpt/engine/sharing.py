@@ -133,6 +133,11 @@ def fix_threads(n):
     SHARING.auto = False
 
 
+def fixed_threads():
+    """The BLAS threads :func:`fix_threads` fixed, or None when they follow the free cores (``auto``)."""
+    return None if SHARING.auto else blas_threads()
+
+
 @contextlib.contextmanager
 def threads_held():
     """BLAS on all :func:`~fastckpt.kernels.blas_threads` threads, unchanged, for the ``with`` block: a memory
