@@ -26,19 +26,13 @@ class Strategy:
     def tree(self, sizes, batch_size, itemsize):
         raise NotImplementedError
 
-    def step_tree(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1, optimizer_slots=0,
-                  extra_bytes=0):
-        """The tree for a whole training step: :meth:`tree`, unless the strategy bounds the
-        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads,
-        the optimizer's state (``optimizer_slots`` buffers the size of the parameters) and
-        ``extra_bytes`` the step holds besides (a tensor shard's sums)."""
-        return self.step_search(sizes, batch_size, itemsize, optimizer_in_backward, blas_threads, optimizer_slots,
-                                extra_bytes)[0]
-
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
                     optimizer_slots=0, extra_bytes=0):
-        """``(tree, least)``: :meth:`step_tree`'s tree and, for a strategy that searches, the forward FLOPs
-        no tree it searched could do with less (equal to the tree's own when it is optimal); None otherwise."""
+        """``(tree, least)``: the tree for a whole training step, :meth:`tree` unless the strategy bounds the
+        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads, the optimizer's state
+        (``optimizer_slots`` buffers the size of the parameters) and ``extra_bytes`` the step holds besides (a
+        tensor shard's sums); and, for a strategy that searches, the forward FLOPs no tree it searched could do
+        with less (equal to the tree's own when it is optimal), None otherwise."""
         return self.tree(sizes, batch_size, itemsize), None
 
     def check(self, sizes):
