@@ -119,3 +119,24 @@ def test_a_deep_nets_run_bound_under_its_least_names_max_memory(rng):
         net.SGD((x, y), 1, 20, 0.1, max_memory=bound)
     assert str(refused.value).startswith(f"max_memory {bound}: the whole run needs at least ")
     assert "the least training step" in str(refused.value)
+
+
+def test_a_run_bound_past_the_exact_least_s_depth_is_refused_naming_max_memory(rng, monkeypatch):
+    """Where the least step is too long a search (past ~1,400 layers; here made so at 40 by fewer steps), a run
+    bound between the lower bound and the least is refused naming max_memory (a fit(...) the run derived was
+    refused instead, 'needing' one byte more than it was given)."""
+    from fastckpt import NetworkWithCheckpointing
+    monkeypatch.setattr("fastckpt.planner.search.MAX_STEPS", 1000)
+    sizes = [8] + [int(s) for s in rng.integers(2, 9, 40)] + [3]
+    with pytest.raises(InfeasiblePlan, match="a lower bound") as info:
+        plan(sizes, 20, strategy="fit(1KiB)")
+    x, y = rng.random((100, 8)), np.eye(3)[rng.integers(0, 3, 100)]
+    net, said = NetworkWithCheckpointing(sizes, strategy="plain"), set()
+    for bound in range(info.value.minimum_bytes, info.value.minimum_bytes + 2**23, 2**14):
+        try:
+            net.SGD((x, y), 1, 20, 0.1, max_memory=bound, verbose=False)
+            break
+        except ValueError as exc:
+            assert type(exc) is ValueError and str(exc).startswith(f"max_memory {bound}: "), exc
+            said.add("more than" if "and a training step of more than" in str(exc) else "other")
+    assert "more than" in said

@@ -315,11 +315,16 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
         if budget <= 0:
             break
     least = least_step(planned)
+    needs = f"{name} {format_bytes(bound)}: the whole run needs"
     if others + beside + least > bound:
-        raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs at least "
-                         f"{shown_bytes(others + beside + least)}: {parts}, and the least training step "
-                         f"{shown_bytes(least)}")
-    tried[least] = whole(planned(Fit(least)))
+        raise ValueError(f"{needs} at least {shown_bytes(others + beside + least)}: {parts}, and the least training "
+                         f"step {shown_bytes(least)}")
+    try:
+        tried[least] = whole(planned(Fit(least)))
+    except InfeasiblePlan:                   # past ~1,400 layers the least is a lower bound (NOTE [ Planning bounds ])
+        raise ValueError(f"{needs} more than {shown_bytes(others + beside + least)}: {parts}, and a training step "
+                         f"of more than {shown_bytes(least)} (at this depth the exact least is too long a search)"
+                         ) from None
     if tried[least] <= bound:
         return Fit(least)
     raise ValueError(none_fits(name, bound, tried, least, parts))
