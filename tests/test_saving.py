@@ -502,6 +502,16 @@ def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, c
     assert fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
 
 
+def test_resume_of_a_file_whose_mode_is_null_goes_on_on_one_process(tmp_path):
+    """mode may be null (the training state's fields are checked so); it ended in AttributeError ("a bug")."""
+    assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    _rewrite(tmp_path / "p.npz", meta={"training": {**fastckpt.load(tmp_path / "p.npz").training_state, "mode": None,
+                                                    "rng": _saved_rng(tmp_path / "p.npz")}})
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "2", "--save", "p.npz", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 2
+
+
 def _saved_rng(path):
     """The ``rng`` entry of a file's training state as the file holds it (its 624 key words are an array)."""
     with np.load(path) as f:

@@ -140,7 +140,7 @@ def resumed(args):
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
                          "train --save writes one after every epoch")
     _check_state(state, args.resume)
-    trained = state.get("mode", "on one process")
+    trained = state.get("mode") or "on one process"          # null, as a file without it: one process
     try:
         trained = file_mode(trained, args.resume)
         pipeline = file_pipeline(trained)
