@@ -432,6 +432,30 @@ def test_a_fit_refused_before_training_keeps_the_fitted_model(rng):
     np.testing.assert_array_equal(clf.predict_proba(x), before)
 
 
+def test_a_plan_refused_after_set_params_keeps_the_fitted_net(rng):
+    """A warm fit whose new dtype and strategy cannot be planned (InfeasiblePlan, raised when the net's step was
+    first planned, in training) kept the net rebuilt in float32: the fitted net and its bits stay."""
+    from fastckpt import InfeasiblePlan
+    x, y = rng.random((200, 5)), rng.integers(0, 3, 200)
+    clf = MLPClassifier((8,), max_iter=5, random_state=0, warm_start=True).fit(x, y)
+    net, before = clf.net_, clf.predict_proba(x)
+    with pytest.raises(InfeasiblePlan, match=r"^fit\(10\): "):
+        clf.set_params(dtype=np.float32, strategy="fit(10)").fit(x, y)
+    assert clf.net_ is net and clf.net_.dtype == np.float64 and str(clf.net_.strategy) == "plain"
+    np.testing.assert_array_equal(clf.predict_proba(x), before)
+
+
+def test_a_warm_fit_that_diverges_counts_the_epochs_it_trained(rng):
+    """A warm fit stopped by a non-finite loss keeps the epochs before it: its counters and curve count them
+    (they stayed at the last fit's while the weights had moved on)."""
+    x, y = rng.random((200, 5)), rng.integers(0, 3, 200)
+    clf = MLPClassifier((8,), max_iter=5, random_state=0, warm_start=True, solver="sgd").fit(x, y)
+    with pytest.raises(ValueError, match=r"the epochs before it were kept: n_iter_ counts them"):
+        clf.set_params(learning_rate_init=1e300, max_iter=10).fit(x, y)
+    assert 0 < clf.n_iter_ < 10 and len(clf.loss_curve_) == 5 + clf.n_iter_ and clf.t_ == 200 * (5 + clf.n_iter_)
+    assert all(np.isfinite(w).all() for w in clf.coefs_) and max(np.abs(w).max() for w in clf.coefs_) > 1e100
+
+
 def _warm_pair(max_iter):
     """fastckpt's and scikit-learn's MLPRegressor with the same warm-started SGD settings."""
     common = dict(hidden_layer_sizes=(8,), solver="sgd", momentum=0.9, batch_size=50, shuffle=False,

@@ -126,6 +126,7 @@ class BaseMLP(BaseEstimator):
                        arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
                        best=stopper.restore_best_weights, split_at=split_at,
                        replaced=0 if old is None or old is self.net_ else _net_bytes(old))
+        self.net_.engine(batch)                            # planned here: a refused plan puts everything back
         return training, validation, batch, epochs, stopper, rng, fresh
 
     def _net_for(self, first, incremental, n_in, settings, rng):
@@ -217,36 +218,50 @@ class BaseMLP(BaseEstimator):
         """The net's ``SGD`` over ``epochs`` epochs, then the fitted attributes from its history."""
         n, net = len(training[0]), self.net_
         seed = int(rng.randint(np.iinfo(np.int32).max)) if settings["shuffle"] else False
+        net.history = {"loss": []}                         # this fit's epochs only, should it stop early
         try:
             net.SGD(training, epochs, batch, settings["eta"], validation=validation, shuffle=seed, drop_last=False,
                     verbose=False, progress=False, first_epoch=self._epochs, early_stopping=stopper,
                     lr_schedule=schedule(self, settings["solver"], n, self.t_, self._epochs, incremental),
                     on_epoch=self._said if self.verbose else None)
-        except ValueError as exc:                          # the net's names for the data, as the estimator's
-            text = str(exc)
-            for inner, outer in (("training_data[0]", "X"), ("training_data[1]", "y")):
-                if text.startswith(inner):
-                    raise ValueError(outer + text[len(inner):]) from None
-            raise
-        except FloatingPointError as exc:
-            raise ValueError(f"{exc}: the input may hold values too large for these settings; scale it (for "
-                             "example with sklearn.preprocessing.StandardScaler), or lower learning_rate_init (got "
-                             f"{self.learning_rate_init!r}) or alpha (got {self.alpha!r})") from exc
-        history = net.history
+        except BaseException as exc:                       # the epochs done before it are counted, as trained
+            self._record(net.history, n, stopper, validation)
+            named = self._named(exc)
+            if named is exc:
+                raise
+            raise named from (exc if isinstance(exc, FloatingPointError) else None)
+        self._record(net.history, n, stopper, validation)
+        if epochs > 1 and self.n_iter_ == epochs and stopper.stopped_epoch is None:
+            warnings.warn(f"Stochastic Optimizer: Maximum iterations ({epochs}) reached and the optimization "
+                          "hasn't converged yet.", ConvergenceWarning, stacklevel=3)
+
+    def _named(self, exc):
+        """``exc`` as the estimator says it: the net's names for the data made X and y, a non-finite update
+        pointed at the data and the rates; ``exc`` itself otherwise."""
+        if isinstance(exc, FloatingPointError):
+            return ValueError(f"{exc} (the epochs before it were kept: n_iter_ counts them): the input may hold "
+                              "values too large for these settings; scale it (for example with "
+                              "sklearn.preprocessing.StandardScaler), or lower learning_rate_init (got "
+                              f"{self.learning_rate_init!r}) or alpha (got {self.alpha!r})")
+        text = str(exc)
+        for inner, outer in (("training_data[0]", "X"), ("training_data[1]", "y")):
+            if type(exc) is ValueError and text.startswith(inner):
+                return ValueError(outer + text[len(inner):])
+        return exc
+
+    def _record(self, history, n, stopper, validation):
+        """The fitted attributes after the epochs of ``history`` (this fit's)."""
         self.n_iter_ = len(history["loss"])
         self._epochs += self.n_iter_
         self.t_ += n * self.n_iter_
         self.loss_curve_ += history["loss"]
-        self.loss_ = self.loss_curve_[-1]
+        self.loss_ = self.loss_curve_[-1] if self.loss_curve_ else None
         self._stopper = stopper
         if validation is not None:
-            self.validation_scores_ = (self.validation_scores_ or []) + history[stopper.monitored]
+            self.validation_scores_ = (self.validation_scores_ or []) + history.get(stopper.monitored, [])
             self.best_validation_score_ = stopper.best
         else:
             self.best_loss_ = stopper.best
-        if epochs > 1 and self.n_iter_ == epochs and stopper.stopped_epoch is None:
-            warnings.warn(f"Stochastic Optimizer: Maximum iterations ({epochs}) reached and the optimization "
-                          "hasn't converged yet.", ConvergenceWarning, stacklevel=3)
 
     def _said(self, epoch, updates):
         """``verbose``: scikit-learn's line per epoch."""
