@@ -1,4 +1,6 @@
 """``fit(bytes)``: a bound on the whole step's predicted bytes, against exhaustive search over schedule trees."""
+import re
+
 import exhaustive
 import numpy as np
 import pytest
@@ -124,9 +126,11 @@ def test_a_deep_nets_run_bound_under_its_least_names_max_memory(rng):
 def test_a_run_bound_past_the_exact_least_s_depth_is_refused_naming_max_memory(rng, monkeypatch):
     """Where the least step is too long a search (past ~1,400 layers; here made so at 40 by fewer steps), a run
     bound between the lower bound and the least is refused naming max_memory (a fit(...) the run derived was
-    refused instead, 'needing' one byte more than it was given)."""
+    refused instead, 'needing' one byte more than it was given).  The lower bound is made a loose one (the widest
+    state), so that bounds fall between it and the least."""
     from fastckpt import NetworkWithCheckpointing
     monkeypatch.setattr("fastckpt.planner.search.MAX_STEPS", 1000)
+    monkeypatch.setattr("fastckpt.planner.strategies.arena_lower_bound", lambda w, grads: max(w))
     sizes = [8] + [int(s) for s in rng.integers(2, 9, 40)] + [3]
     with pytest.raises(InfeasiblePlan, match="a lower bound") as info:
         plan(sizes, 20, strategy="fit(1KiB)")
@@ -140,3 +144,18 @@ def test_a_run_bound_past_the_exact_least_s_depth_is_refused_naming_max_memory(r
             assert type(exc) is ValueError and str(exc).startswith(f"max_memory {bound}: "), exc
             said.add("more than" if "and a training step of more than" in str(exc) else "other")
     assert "more than" in said
+
+
+def test_past_the_exact_least_s_depth_the_lower_bound_counts_the_gradients(rng, monkeypatch):
+    """The lower bound named where the exact least is too long a search holds every gradient (every schedule
+    writes them all before the update): it was the widest pair of states alone, about half the least of a
+    1,450-layer net, and a fit of it was refused naming one byte more, again and again."""
+    sizes = [8] + [int(s) for s in rng.integers(2, 9, 40)] + [3]
+    with pytest.raises(InfeasiblePlan) as exact:
+        plan(sizes, 20, strategy="fit(1KiB)")
+    monkeypatch.setattr("fastckpt.planner.search.MAX_STEPS", 1000)
+    with pytest.raises(InfeasiblePlan, match="a lower bound") as bound:
+        plan(sizes, 20, strategy="fit(1KiB)")
+    grads = plan(sizes, 20, strategy="plain").bytes()["gradients"]
+    fixed = int(re.search(r"of which (\d+) \(", str(bound.value)).group(1))     # what no schedule removes
+    assert fixed + grads <= bound.value.minimum_bytes <= exact.value.minimum_bytes

@@ -17,7 +17,14 @@ import pytest
 
 import fastckpt
 from fastckpt.planner.costs import forward_flops, state_bytes
-from fastckpt.planner.search import least_peak, multi_front, once_front, region_table, revolve_tree
+from fastckpt.planner.search import (
+    arena_lower_bound,
+    least_peak,
+    multi_front,
+    once_front,
+    region_table,
+    revolve_tree,
+)
 from fastckpt.planner.strategies import Budget, Revolve
 from fastckpt.planner.trees import keep_all, walk
 
@@ -214,6 +221,7 @@ def test_the_least_arena_is_the_first_point_of_the_front_with_gradients(rng):
         grads = [int(g) for g in rng.integers(0, 3 * max(w), size=len(flops))]
         least = least_peak(multi_front, flops, w, grads)
         assert least == multi_front(flops, w, None, grads).peaks[0], (sizes, grads)
+        assert arena_lower_bound(w, grads) <= least
         if trial < 20:
             n_layers = len(flops)
             assert least == min(walk(t, n_layers, w, grads)[5] for t in exhaustive.all_trees(0, n_layers + 1))

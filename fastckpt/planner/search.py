@@ -223,6 +223,15 @@ def least_peak(search, flops, w, grads=None):
         limit *= 2
 
 
+def arena_lower_bound(w, grads):
+    """A lower bound of :func:`least_arena_peak`, in linear time: every tree forwards through the widest pair,
+    and reverse step ``s >= 1`` runs with ``a[s]`` held and the gradients of layers ``s ..`` written."""
+    w = [int(v) for v in w]
+    after = suffix_sums(list(grads))
+    widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
+    return max([widest, after[0]] + [w[s] + after[s] for s in range(1, len(w))])
+
+
 def least_arena_peak(w, grads):
     """The least arena, activations and ``grads``, of any tree over the states ``w``: exact, or
     :class:`PlanTooCostly` past :data:`MAX_STEPS` steps (some 1,400 layers) or half the free memory."""

@@ -15,7 +15,7 @@ from fastckpt.core.resources import shown_bytes
 
 from .bounded import least_flops
 from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
-from .search import PlanTooCostly, least_peak, multi_front, once_front, revolve_tree
+from .search import PlanTooCostly, arena_lower_bound, least_peak, multi_front, once_front, revolve_tree
 from .trees import keep_all, spine, tree_cost
 from .units import format_bytes, parse_bytes
 
@@ -211,8 +211,8 @@ class Fit(Strategy):
         if not exact:
             try:                                               # with the gradients in the arena: a table
                 least, exact = fixed + least_peak(multi_front, flops, w, grads), True
-            except PlanTooCostly:                              # past some 1,400 layers
-                pass
+            except PlanTooCostly:                              # past some 1,400 layers: a bound
+                least = fixed + arena_lower_bound(w, grads)
         least = least if exact else max(least, self.nbytes + 1)      # a lower bound: more than what did not fit
         bound = "" if exact else ", a lower bound: the exact least is too long a search at this depth"
         raise InfeasiblePlan(
