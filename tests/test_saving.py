@@ -212,6 +212,7 @@ def _rewrite(path, **changes):
     ({"meta": {"optimizer_steps": 2**63 - 1}}, "<= 9223372036854775806 (the steps an int64 counts)"),
     ({"meta": {"optimizer": {"name": "momentum", "momentum": 10**400}}}, "momentum must be finite and >= 0, got 1000"),
     ({"meta": {"optimizer": {"name": "rmsprop"}}}, "optimizer must name one of sgd, momentum, adam, adamw"),
+    ({"meta": {"optimizer": {"name": []}}}, "optimizer must name one of sgd, momentum, adam, adamw, got {'name': []}"),
     ({"meta": {"optimizer": {"name": "adam", "betas": [0.9, 2]}}}, "betas[1] must be in [0, 1), got 2"),
     ({"meta": {"optimizer": {"name": "adam", "lr": 0.1}}}, "unexpected keyword argument 'lr'"),
     ({"meta": {"optimizer": {"name": "momentum"}}}, "the array 'velocity_weights_0' is missing"),

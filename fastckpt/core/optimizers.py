@@ -131,7 +131,8 @@ def parse_optimizer(spec):
         return spec
     if isinstance(spec, dict):
         settings = dict(spec)
-        cls = OPTIMIZERS.get(settings.pop("name", None))
+        name = settings.pop("name", None)
+        cls = OPTIMIZERS.get(name) if isinstance(name, str) else None
         if cls is None:
             raise ValueError(f"optimizer must name one of {', '.join(OPTIMIZERS)}, got {spec!r}")
         try:
