@@ -159,3 +159,25 @@ def test_past_the_exact_least_s_depth_the_lower_bound_counts_the_gradients(rng, 
     grads = plan(sizes, 20, strategy="plain").bytes()["gradients"]
     fixed = int(re.search(r"of which (\d+) \(", str(bound.value)).group(1))     # what no schedule removes
     assert fixed + grads <= bound.value.minimum_bytes <= exact.value.minimum_bytes
+
+
+def test_a_run_bound_refused_names_the_least_run_that_is_taken(rng):
+    """A bound one byte under the least that SGD(max_memory) takes is refused naming that least, in bytes (a
+    plan keeping every activation was never tried, and the least named was a sum of parts that overlap:
+    163 bytes over, or a rounded figure)."""
+    from fastckpt import NetworkWithCheckpointing
+    sizes = [20] + [3] * 60 + [3]
+    x, y = rng.random((100, 20)), np.eye(3)[rng.integers(0, 3, 100)]
+
+    def refused(bound):
+        try:
+            NetworkWithCheckpointing(sizes, strategy="plain").SGD((x, y), 1, 4, 0.01, verbose=False,
+                                                                  max_memory=bound)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    low, high = 10_000, 10_000_000
+    while high - low > 1:
+        low, high = (low, (low + high) // 2) if refused((low + high) // 2) is None else ((low + high) // 2, high)
+    named = re.search(r"needs (?:at least )?(\d+) bytes", refused(high - 1) or "")
+    assert named is not None and int(named.group(1)) == high, refused(high - 1)

@@ -288,17 +288,16 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     rest = run_bytes(planned("plain"), training, test, updates=updates, save=save, **around)
     if around.get("loading"):
         refuse_loading(name, bound, rest, around["loading"], extra)
+    if rest["total"] + extra <= bound:         # every activation kept fits: the least recomputation of all
+        return Fit(rest["step: total"])
     others = rest["data"] + rest["staging"] + rest.get("order", 0) + rest["records"] + rest["python objects"] + \
         rest.get("best weights", 0) + extra
     # beside the step: a gathered minibatch during it, or after it an evaluation or a save, which its BLAS
     # job table (the same for every plan of these sizes) does not meet
     beside = max(rest.get("gathered", 0), rest.get("evaluation", 0) - rest["step: blas"],
                  rest.get("saving", 0) - rest["step: blas"])
-    parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
-                      if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
-                                  "saving", "best weights", "loading"))
-    parts += f", besides {shown_bytes(extra)}" if extra else ""
-    budget, tried = bound - others - beside, {}
+    parts = _shown_parts(rest, extra)
+    budget, tried = bound - others - beside, {rest["step: total"]: rest["total"] + extra}
     if budget <= 0:
         raise ValueError(f"{name} {format_bytes(bound)}: the whole run needs more than {shown_bytes(others + beside)} "
                          f"before its training step: {parts}")
@@ -316,9 +315,10 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
             break
     least = least_step(planned)
     needs = f"{name} {format_bytes(bound)}: the whole run needs"
-    if others + beside + least > bound:
-        raise ValueError(f"{needs} at least {shown_bytes(others + beside + least)}: {parts}, and the least training "
-                         f"step {shown_bytes(least)}")
+    at_least = min(others + beside + least, *tried.values())     # the runs tried, plain's among them
+    if at_least > bound:
+        raise ValueError(f"{needs} at least {at_least} bytes ({shown_bytes(at_least)}): {parts}, and the least "
+                         f"training step {shown_bytes(least)}")
     try:
         tried[least] = whole(planned(Fit(least)))
     except InfeasiblePlan:                   # past ~1,400 layers the least is a lower bound (NOTE [ Planning bounds ])
@@ -328,6 +328,14 @@ def fit_the_run(sizes, batch_size, dtype, bound, training, test=None, *, updates
     if tried[least] <= bound:
         return Fit(least)
     raise ValueError(none_fits(name, bound, tried, least, parts))
+
+
+def _shown_parts(rest, extra):
+    """The parts of a whole run beside its step, in words, for a refusal."""
+    parts = ", ".join(f"{part} {shown_bytes(value)}" for part, value in rest.items()
+                      if part in ("data", "staging", "order", "gathered", "records", "python objects", "evaluation",
+                                  "saving", "best weights", "loading"))
+    return parts + (f", besides {shown_bytes(extra)}" if extra else "")
 
 
 def none_fits(name, bound, tried, least, parts):
