@@ -214,8 +214,8 @@ def least_peak(search, flops, w, grads=None):
     """
     w = [int(v) for v in w]
     if search is multi_front:
-        return least_arena_peak(w, grads) if grads else max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
-    limit = 2 * max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
+        return least_arena_peak(w, grads) if grads else _widest(w)
+    limit = 2 * _widest(w)
     while True:
         front = search(flops, w, limit)
         if front.peaks:
@@ -228,8 +228,12 @@ def arena_lower_bound(w, grads):
     and reverse step ``s >= 1`` runs with ``a[s]`` held and the gradients of layers ``s ..`` written."""
     w = [int(v) for v in w]
     after = suffix_sums(list(grads))
-    widest = max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
-    return max([widest, after[0]] + [w[s] + after[s] for s in range(1, len(w))])
+    return max([_widest(w), after[0]] + [w[s] + after[s] for s in range(1, len(w))])
+
+
+def _widest(w):
+    """The widest state or pair of neighbouring states: every tree forwards through it."""
+    return max(w[1:] + [a + b for a, b in zip(w[1:-1], w[2:])])
 
 
 def least_arena_peak(w, grads):
