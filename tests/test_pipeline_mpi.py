@@ -27,8 +27,17 @@ def _job(ranks, cases, timeout=300):
     return proc
 
 
+# Each rank's printed lines are kept and written by rank 0 alone, rank by rank: mpiexec forwards the ranks' writes
+# as they come, so two ranks printing at once interleave even inside a line ('trainedtrained 2 steps 1').
+ONE_WRITER = ("import io, sys\nsys.stdout = io.StringIO()\n", "\nfrom mpi4py import MPI\n"
+              "said = MPI.COMM_WORLD.gather(sys.stdout.getvalue())\nsys.stdout = sys.__stdout__\n"
+              "print(''.join(said) if said else '', end='')\n")
+
+
 def python_on_ranks(code, ranks=2):
-    """``mpiexec -n ranks python -c code``, its output captured, within two minutes."""
+    """``mpiexec -n ranks python -c code``, within two minutes: stdout is every rank's printed lines, rank 0's
+    first, each rank's whole."""
+    code = ONE_WRITER[0] + code + ONE_WRITER[1]
     return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
 
@@ -283,7 +292,7 @@ def test_ranks_started_with_different_settings_all_refuse(tmp_path):
     proc = python_on_ranks(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("the 2 ranks were started with different settings: micro_batches 2 on rank 0, "
-                             "3 on rank 1") == 2, proc.stdout        # two ranks' lines may interleave
+                             "3 on rank 1") == 2, proc.stdout
 
 
 @needs_mpi
@@ -305,9 +314,10 @@ def test_a_non_finite_loss_is_refused_on_every_rank_and_training_goes_on(ranks, 
             "print('trained', t.places.stage, 'steps', t.optimizer_state.steps)\n")
     proc = python_on_ranks(code, ranks)
     assert proc.returncode == 0, proc.stderr
-    out = proc.stdout                                    # the ranks' lines may interleave
-    assert out.count("the loss is inf or a gradient is NaN or inf") == ranks, out
-    assert out.count("steps 1") == ranks, out           # Adam counted the one step taken, as one process does
+    said = [line.split(" ", 2) for line in proc.stdout.splitlines()]
+    assert [s[:2] for s in said] == [w for r in range(ranks) for w in (["refused", str(r)], ["trained", str(r)])], said
+    assert all("the loss is inf or a gradient is NaN or inf" in s[2] for s in said[::2]), said
+    assert all(s[2] == "steps 1" for s in said[1::2]), said  # Adam counted the one step taken, as one process does
 
 
 @needs_mpi
