@@ -187,14 +187,23 @@ class Network(Predicting):
         return make_plan(self.sizes, batch_size, self.dtype, self.strategy if strategy is None else strategy,
                          optimizer_in_backward=fused, blas_threads=blas_threads, optimizer=self.optimizer)
 
-    def engine(self, batch_size):
+    def engine(self, batch_size, plan=None):
         """The net's own :class:`~fastckpt.engine.engine.Engine`, planned for at least ``batch_size`` samples:
-        made on first need and again when a larger batch comes; a smaller batch uses its workspace's first rows."""
+        made on first need and again when a larger batch comes; a smaller batch uses its workspace's first rows.
+        ``plan``: :meth:`step_plan`'s, already made (a plan is made once: a second search's tables would meet
+        what the first left on CPython's free lists)."""
         engine = self._engine
         if engine is None or engine.plan.batch_size < batch_size:
             self._engine = None                                # free the old workspace first
-            self._engine = engine = Engine(self.plan(batch_size), self.loss, self.l2, self.activation)
+            plan = plan if plan is not None and plan.batch_size == batch_size else self.plan(batch_size)
+            self._engine = engine = Engine(plan, self.loss, self.l2, self.activation)
         return engine
+
+    def step_plan(self, batch_size):
+        """The plan a step of ``batch_size`` samples runs with: the engine's, when it holds that many rows, else
+        a new one (for :meth:`engine`)."""
+        engine = self._engine
+        return engine.plan if engine is not None and engine.plan.batch_size >= batch_size else self.plan(batch_size)
 
     def _engine_for(self, x, name):
         return self.engine(as_batch(x, self.sizes[0], name, "input").shape[0])
@@ -268,10 +277,12 @@ class Network(Predicting):
             self, training_data, epochs, mini_batch_size, eta)
         starts, stopping = batch_starts(len(x_train), mini_batch_size, drop_last), check_early_stopping(early_stopping)
         if max_memory is not None:
-            bound_the_run(self.plan(mini_batch_size), (x_train, y_train), test_data, validation=val_data,
+            planned = self.step_plan(mini_batch_size)
+            bound_the_run(planned, (x_train, y_train), test_data, validation=val_data,
                           updates=epochs * len(starts), epochs=epochs, bound=max_memory, shuffled=shuffle is not False,
                           held=held_arrays(given, test_data, validation, val_data),
                           best=bool(stopping and stopping.restore_best_weights))
+            self.engine(mini_batch_size, planned)
         order = EpochOrder(x_train, y_train, mini_batch_size, shuffle)
 
         def update(start, rate):

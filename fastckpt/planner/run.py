@@ -79,6 +79,10 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # ``fastckpt train`` loads its data first, beside nothing but its own objects: the loader holds the data, a
 # chunk of reading and the file's arrays it converts (one-hot labels, say) until it returns
 # (:func:`fastckpt.data.loading_bytes`), the part ``loading`` where that is more than the run adds.
+# A strategy that searches for its tree plans before the step's buffers exist, beside the data, the parameters
+# and the objects but the plan's ops: ``revolve(k)``'s tables (``Strategy.table_bytes``), megabytes at a few
+# hundred layers, are the part ``planning`` (by how much) where that is more than the run holds later.
+# ``budget``'s fronts are not counted yet.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
@@ -156,11 +160,11 @@ def staging_bytes(plan, x, y):
         (rows * plan.sizes[-1] * item if staged(y, plan.dtype) else 0)
 
 
-def object_bytes(plan, command=False):
+def object_bytes(plan, command=False, ops=True):
     """The Python objects of a run of ``plan``: its net, engine, plan and settings (:data:`OBJECTS_BASE`), and
-    with ``command`` those of ``fastckpt train``."""
+    with ``command`` those of ``fastckpt train``; without ``ops``, before the plan's ops are made."""
     return OBJECTS_BASE + OBJECTS_COMMAND * bool(command) + OBJECTS_PER_LAYER * plan.n_layers + \
-        OBJECTS_PER_OP * len(plan.ops)
+        OBJECTS_PER_OP * len(plan.ops) * bool(ops)
 
 
 def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, validation=None, shuffled=False,
@@ -215,6 +219,11 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     if beyond > 0:          # before the run, beside the data and objects alone: counted where it is the larger
         parts["loading"] = beyond
         total += beyond
+    tables = plan.strategy.table_bytes(sizes)
+    planning = parts["data"] + parts["step: parameters"] + object_bytes(plan, command, ops=False) + tables - total
+    if tables and planning > 0:     # the search's tables, before the step's buffers: where they are the larger
+        parts["planning"] = planning
+        total += planning
     parts["total"] = total
     return parts
 
@@ -390,7 +399,8 @@ def bound_the_run(plan, training, test=None, *, updates, bound, name="max_memory
                       optimizer_in_backward=plan.optimizer_in_backward, optimizer=plan.optimizer, name=name,
                       extra=extra, **around)
     shown = ", ".join(f"{part} {shown_bytes(parts[part])}" for part in
-                      ("data", "step: total", "staging", "order", "records", "evaluation", "best weights", "besides")
+                      ("data", "step: total", "staging", "order", "records", "evaluation", "best weights", "besides",
+                       "planning")
                       if part in parts)
     raise ValueError(f"{name} {format_bytes(bound)}: this run needs {shown_bytes(parts['total'])} with strategy "
                      f"{plan.strategy} ({shown}); strategy='{fit}' plans a step that keeps it within the bound")

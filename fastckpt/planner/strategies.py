@@ -15,7 +15,15 @@ from fastckpt.core.resources import shown_bytes
 
 from .bounded import least_flops
 from .costs import blas_bytes, delta_elems, describe_sizes, forward_flops, gradient_bytes, scratch_bytes, state_bytes
-from .search import PlanTooCostly, arena_lower_bound, least_peak, multi_front, once_front, revolve_tree
+from .search import (
+    PlanTooCostly,
+    arena_lower_bound,
+    least_peak,
+    multi_front,
+    once_front,
+    revolve_table_bytes,
+    revolve_tree,
+)
 from .trees import keep_all, spine, tree_cost
 from .units import format_bytes, parse_bytes
 
@@ -37,6 +45,11 @@ class Strategy:
 
     def check(self, sizes):
         """Refuse a net this strategy cannot apply to, whatever the batch size (cheap: no search)."""
+
+    def table_bytes(self, sizes):
+        """The bytes the search for a tree holds at once before the step's buffers exist (its tables), as
+        counted; 0 for a strategy that does not search or whose search is not counted (``budget``, ``fit``)."""
+        return 0
 
     def __repr__(self):
         return str(self)
@@ -127,6 +140,10 @@ class Revolve(Strategy):
         flops = forward_flops(sizes, batch_size)
         tree = revolve_tree(flops, state_bytes(sizes, batch_size, itemsize), min(self.slots, n_layers))
         return tree, tree_cost(tree, n_layers, flops)[0]               # the search is exact
+
+    def table_bytes(self, sizes):
+        n_layers = len(sizes) - 1
+        return revolve_table_bytes(n_layers + 1, self.slots) if self.slots < n_layers else 0
 
     def __str__(self):
         return f"revolve({self.slots})"

@@ -120,13 +120,14 @@ class BaseMLP(BaseEstimator):
         stopper = stopping(self, settings, incremental)
         if not first and self._stopper is not None:
             stopper.go_on(self._stopper, rate=incremental)  # scikit-learn's count goes on over the fits
+        planned = self.net_.step_plan(batch)                # planned here: a refused plan puts everything back
         if settings["max_memory"] is not None:
             old = saved.get("net_")
-            data.bound(settings["max_memory"], self.net_, batch, training, validation, epochs=epochs,
+            data.bound(settings["max_memory"], planned, training, validation, epochs=epochs,
                        arrays=(*given, X, y, *training, *(validation or ())), shuffled=settings["shuffle"],
                        best=stopper.restore_best_weights, split_at=split_at,
                        replaced=0 if old is None or old is self.net_ else _net_bytes(old))
-        self.net_.engine(batch)                            # planned here: a refused plan puts everything back
+        self.net_.engine(batch, planned)
         return training, validation, batch, epochs, stopper, rng, fresh
 
     def _net_for(self, first, incremental, n_in, settings, rng):

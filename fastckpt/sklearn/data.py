@@ -75,17 +75,17 @@ def held(*arrays):
     return out
 
 
-def bound(bound, net, batch, training, validation, *, arrays, epochs, shuffled, best, split_at=0, replaced=0):
-    """Refuse, before training, a fit whose whole run would need more than ``bound`` bytes (NOTE [ A fit's
-    data ]); ``arrays``: every array the fit holds, ``split_at``: what drawing the validation split held,
-    ``replaced``: the bytes of a fitted net that a warm fit replaced with ``net`` (both were alive while ``net``
-    was made; counted over the whole run, which is more than it holds once training starts)."""
-    n = len(training[0])
+def bound(bound, plan, training, validation, *, arrays, epochs, shuffled, best, split_at=0, replaced=0):
+    """Refuse, before training, a fit whose whole run with ``plan``'s steps would need more than ``bound`` bytes
+    (NOTE [ A fit's data ]); ``arrays``: every array the fit holds, ``split_at``: what drawing the validation split
+    held, ``replaced``: the bytes of a fitted net that a warm fit replaced with the one ``plan`` is of (both were
+    alive while it was made; counted over the whole run, which is more than it holds once training starts)."""
+    n, batch = len(training[0]), plan.batch_size
     kept = data_bytes(*held(*arrays))
     if kept + split_at + ESTIMATOR_OBJECTS > bound:
         split = f" and the validation split {split_at:,} more" if split_at else ""
         raise ValueError(f"max_memory {format_bytes(bound)}: the data the fit holds needs {kept:,} bytes{split}, "
                          "before any training step")
-    return bound_the_run(net.plan(batch), training, None, updates=epochs * math.ceil(n / batch), bound=bound,
+    return bound_the_run(plan, training, None, updates=epochs * math.ceil(n / batch), bound=bound,
                          held=held(*arrays), extra=ESTIMATOR_OBJECTS + replaced, epochs=epochs, validation=validation,
                          shuffled=shuffled, best=best)
