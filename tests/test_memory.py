@@ -124,3 +124,20 @@ def test_memray_peak_counts_the_optimizer_state(net, strategy, optimizer, fused)
     measured = memray_peak(build_and_train)
     assert abs(measured - predicted["total"]) <= 0.02 * predicted["total"] + MiB, (measured, predicted)
     assert -64 * 1024 <= measured - predicted["total"] <= 256 * 1024, (measured, predicted)
+
+
+@pytest.mark.parametrize("layers", [10, 100, 300])
+@pytest.mark.parametrize("strategy", ["plain", "sqrt"])
+def test_what_memray_counts_beside_the_step_is_some_2_kib_a_layer(strategy, layers):
+    """What the README says memray measures beside a step's plan: the Python objects of the net and its plan,
+    some 2 KiB a layer (never less than nothing: the plan's bytes are all there)."""
+    sizes, batch = [50] + [64] * layers + [10], 100
+    rng = np.random.default_rng(0)
+    x, y = rng.random((batch, 50)), rng.random((batch, 10))
+    predicted = fastckpt.plan(sizes, batch, np.float64, strategy).bytes()["total"]
+
+    def build_and_train():
+        NetworkWithCheckpointing(sizes, strategy=strategy).update_mini_batch(x, y, 0.01)
+    memray_peak(build_and_train)                                 # its kernels' first calls, memray warm too
+    measured = memray_peak(build_and_train)
+    assert 0 <= measured - predicted <= 16 * 1024 + 2048 * (layers + 1), (measured, predicted)

@@ -38,7 +38,7 @@ PROFILE_MAX_MEMORY = ("profile the step train --max-memory BYTES plans on one pr
                       "what the data, the staging rows, an evaluation and the result lists of --epochs leave of "
                       "BYTES (default: off, --strategy decides)")
 MAX_MEMORY = ("plan the least recomputation whose predicted training step fits BYTES (e.g. 64MiB): parameters, "
-              "gradients, activations and buffers, which memray measures to within a few tens of KiB; the same "
+              "gradients, activations and buffers, which memray measures to within some 2 KiB a layer; the same "
               "as --strategy fit(BYTES). "
               "The process's RSS adds the interpreter, libraries and data (default: off, --strategy decides)")
 

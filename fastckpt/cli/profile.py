@@ -5,8 +5,8 @@ The net is made from the flags ``train`` takes (``--activation``, ``--optimizer`
 batch size, rate and data its training state records.  memray records building it and ``--steps`` steps on
 the first minibatch of the data, with BLAS held on the threads the plan counts; the planned figure counts
 what that picture shows: the step's plan and the staging rows a minibatch of compact data is converted into
-(NOTE [ The whole run ] in fastckpt/planner/run.py).  They differ by the few tens of KiB of Python objects a
-net and its plan add, which memray counts one by one.
+(NOTE [ The whole run ] in fastckpt/planner/run.py).  They differ by the Python objects a net and its plan
+add (some 2 KiB a layer), which memray counts one by one.
 """
 import copy
 import os

@@ -196,8 +196,8 @@ class Fit(Strategy):
     Where ``budget(bytes)`` bounds the activation memory only, ``fit(bytes)``
     bounds the plan's predicted ``total``: parameters, gradients, the optimizer's
     state, activations, deltas, scratch and BLAS's buffers.  memray measures that total to within
-    the few tens of KiB of Python objects (views, the op list) a net and its
-    plan add, so leave that much room when the bound is a hard one.
+    the Python objects (views, the op list) a net and its plan add, some 2 KiB a layer
+    (tens of KiB at ten layers, 0.9 MiB at 500), so leave that much room when the bound is a hard one.
     It does not count the Python interpreter and libraries nor the training
     data.  The search is ``budget``'s, over all schedule trees, with each
     gradient's bytes counted from the step that writes it (NOTE [ Gradients
