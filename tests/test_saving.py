@@ -503,6 +503,27 @@ def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, c
     assert fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
 
 
+@pytest.mark.parametrize("training,meta,message", [
+    ({"validation": 0.999}, {}, "its training state's batch_size 10 is more than the 4 samples it trains on with "
+                                "validation 0.999 (3996 held out)"),
+    ({"batch_size": 3601}, {}, "its training state's batch_size 3601 is more than the 3600 samples it trains on "
+                               "with validation 0.1 (400 held out)"),
+    ({}, {"strategy": "fit(10)"}, "the strategy its run trained with, fit(10): [784, 16, 10] at batch 10 in float64 "
+                                  "needs at least"),
+    ({}, {"strategy": "budget(10)"}, "the strategy its run trained with, budget(10): [784, 16, 10] at batch 10 "),
+])
+def test_resume_names_the_file_whose_split_batch_or_strategy_cannot_train(tmp_path, training, meta, message):
+    """A file edited by hand (or a fit(bytes) too small for another machine's BLAS buffers) was refused by a check
+    inside training naming neither the file nor the field ("mini_batch_size must be <= the 4 training samples")."""
+    assert _train("--epochs", "1", "--validation", "0.1", "--save", "p.npz", cwd=tmp_path).returncode == 0
+    _rewrite(tmp_path / "p.npz", meta={"training": {**fastckpt.load(tmp_path / "p.npz").training_state, **training,
+                                                    "rng": _saved_rng(tmp_path / "p.npz")}, **meta})
+    proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", "--save", "p.npz", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"fastckpt train: error: --resume 'p.npz': {message}"), \
+        proc.stderr
+    assert proc.stderr.count("\n") == 1 and fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
+
+
 def test_resume_of_a_file_whose_mode_is_null_goes_on_on_one_process(tmp_path):
     """mode may be null (the training state's fields are checked so); it ended in AttributeError ("a bug")."""
     assert _train("--epochs", "1", "--save", "p.npz", cwd=tmp_path).returncode == 0

@@ -192,6 +192,23 @@ def resumed(args):
                             pipeline=pipeline)
 
 
+def check_resumed_samples(path, state, n):
+    """The --resume file's run trained on ``n`` samples (the data's, before a validation split), and its
+    validation fraction and batch size leave a mini-batch to train on: a file edited by hand is refused naming
+    it, not by a check inside training that names neither."""
+    if state["n_train"] != n:
+        raise ValueError(f"--resume {path!r} was trained on {state['n_train']} samples, but the data has {n}")
+    fraction = state.get("validation")
+    left = n if fraction is None else int(n * (1 - fraction))
+    held = "" if fraction is None else f" with validation {fraction} ({n - left} held out)"
+    if fraction is not None and not 0 < left < n:
+        raise ValueError(f"--resume {path!r}: its training state's validation {fraction} of {n} samples leaves "
+                         f"{left} to train on and {n - left} to validate on; each needs at least one")
+    if state["batch_size"] > left:
+        raise ValueError(f"--resume {path!r}: its training state's batch_size {state['batch_size']} is more than "
+                         f"the {left} samples it trains on{held}")
+
+
 def _refuse_what_cannot_go_on(args, state):
     """A resume without ``--save`` (it would keep nothing), and of a run with early stopping: its count of epochs
     without improvement, best score and best weights are not in the file (a resumed run trained on past the

@@ -28,7 +28,7 @@ from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid_options, check_lone_flags, grid_axes, on_ranks, pipeline_options
 from .progress import TrainBar
 from .result import report
-from .resume import SETTINGS, Saver, resumed, run_mode, training_state, with_strategy
+from .resume import SETTINGS, Saver, check_resumed_samples, resumed, run_mode, training_state, with_strategy
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,7 @@ def train(args):
     done = state["epochs_done"] if state else 0
     parse_lr_schedule(run.lr_schedule).check_rates(run.eta, done, args.epochs - done, "--lr-schedule")
     if not ranks:                                          # a rank plans (and bounds) its own part
-        check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,  # before any rank allocates it
-                        optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer)
+        _check_trainable(args, run)                        # before any rank allocates it
     guard = RankGuard() if ranks else None                 # this rank leaving before training ends ends the job
     axes = None
     if guard is not None:
@@ -125,9 +124,8 @@ def train(args):
         check_grid_options(args, run, axes)
     (x_train, y_train), test = load_data(run.data, run.sizes)
     run = replace(run, data_sha256=fingerprint(run.data) if args.save else None)
-    if state is not None and state["n_train"] != len(x_train):
-        raise ValueError(f"--resume {args.resume!r} was trained on {state['n_train']} samples, but the data "
-                         f"has {len(x_train)}")
+    if state is not None:
+        check_resumed_samples(args.resume, state, len(x_train))
     lead = guard is None or guard.rank == 0
     run = bounded(args, run, state, whole=not ranks and args.threads == 1 and not run.parallel_batches,
                   training=(x_train, y_train), test=test, kept=None if net is None else net.strategy)
@@ -154,6 +152,18 @@ def train(args):
     if lead:
         report(args, run, state, done, times, accuracies, workers, time.perf_counter() - t0, bound)
     return 0
+
+
+def _check_trainable(args, run):
+    """Refuse a step that cannot be planned before anything is allocated; a --resume file's own strategy (a
+    ``fit(bytes)`` too small for this machine's BLAS buffers, say) is named as the file's."""
+    try:
+        check_trainable(run.sizes, run.batch_size, run.dtype, run.strategy,
+                        optimizer_in_backward=run.sgd_in_backward, optimizer=run.optimizer)
+    except ValueError as exc:
+        if args.resume and args.strategy is None and args.max_memory is None:
+            raise ValueError(f"--resume {args.resume!r}: the strategy its run trained with, {exc}") from None
+        raise
 
 
 def _on_ranks(args, run, guard, axes, training, test, resumed_net=None, state=None):
