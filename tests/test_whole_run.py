@@ -537,3 +537,22 @@ def test_revolve_s_tables_are_the_planning_part_where_they_are_the_peak():
     memray_peak(run)                                                    # the warm-up, under memray too
     peak = memray_peak(run)
     assert 0 <= predicted["total"] - peak <= 128 * 1024, (peak, predicted)     # objects counted at their most
+
+
+def test_a_run_bounded_with_an_engine_already_built_counts_that_engine_s_plan():
+    """SGD(max_memory=...) checks the plan its steps run with: an engine built for a larger batch is kept (a
+    smaller batch uses its first rows), so its workspace, not a new plan's, is what the bound must hold; and
+    engine() takes a plan of this net only."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 30)), np.eye(4)[rng.integers(0, 4, 64)]
+    net = fastckpt.Network([30, 40, 4])
+    net.SGD((x, y), 1, 32, 0.1, verbose=False)                          # an engine of 32 rows
+    small = run_bytes(net.plan(8), (x, y), updates=8)["total"]
+    held = run_bytes(net.step_plan(8), (x, y), updates=8)["total"]
+    assert net.step_plan(8).batch_size == 32 and held > small
+    with pytest.raises(ValueError, match=f"max_memory {small}: "):
+        net.SGD((x, y), 1, 8, 0.1, verbose=False, max_memory=small)
+    net.SGD((x, y), 1, 8, 0.1, verbose=False, max_memory=held)
+    with pytest.raises(ValueError, match=r"plan: Plan\(\[30, 40, 4\].* is not of this net \(\[30, 40, 4\], dtype "
+                                         r"float32"):
+        fastckpt.Network([30, 40, 4], dtype=np.float32).engine(8, net.plan(8))

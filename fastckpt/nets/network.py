@@ -195,9 +195,17 @@ class Network(Predicting):
         engine = self._engine
         if engine is None or engine.plan.batch_size < batch_size:
             self._engine = None                                # free the old workspace first
+            if plan is not None and not self._plans(plan):
+                raise ValueError(f"plan: {plan!r} is not of this net ({self.sizes}, dtype {self.dtype.name}, strategy "
+                                 f"{self.strategy}, optimizer {self.optimizer}); give its step_plan(batch_size)")
             plan = plan if plan is not None and plan.batch_size == batch_size else self.plan(batch_size)
             self._engine = engine = Engine(plan, self.loss, self.l2, self.activation)
         return engine
+
+    def _plans(self, plan):
+        """Whether ``plan`` is of this net: its sizes, dtype, strategy, update mode and optimizer."""
+        return (list(plan.sizes), plan.dtype, str(plan.strategy), plan.optimizer_in_backward, str(plan.optimizer)) \
+            == (list(self.sizes), self.dtype, str(self.strategy), self.optimizer_in_backward, str(self.optimizer))
 
     def step_plan(self, batch_size):
         """The plan a step of ``batch_size`` samples runs with: the engine's, when it holds that many rows, else
