@@ -326,6 +326,19 @@ def beam_keys(front, nf, lines, keys):
 
 
 @kernel
+def held_bytes(fixed, store, work, keys, beam, most):
+    """The most of ``most`` and the bytes held now by :func:`bounded_fronts`' arrays: ``fixed`` bytes, the point
+    store, the three work fronts and the beam's keys, with the old copy of whichever grows next (at most half
+    its new size: arrays only grow, to twice what they need) and :func:`keep_best`'s index arrays.  Checked
+    after every node, so a bound on every moment between: arrays only grow."""
+    stored = 40 * store[0].shape[0]
+    worked = 40 * max(work[0][0].shape[0], work[1][0].shape[0], work[2][0].shape[0])
+    now = fixed + stored + 40 * (work[0][0].shape[0] + work[1][0].shape[0] + work[2][0].shape[0]) \
+        + 8 * keys.shape[0] + max(stored, worked, 8 * keys.shape[0]) // 2 + (16 * keys.shape[0] if beam > 0 else 0)
+    return max(most, now)
+
+
+@kernel
 def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, limits):
     """Every node's bounded front (the module's docstring).
 
@@ -336,8 +349,9 @@ def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, 
     only the points that recompute at most
     ``spread`` FLOPs inside it (``inf``: all; 0: its keep-all alone).  ``limits = (max_steps, max_points)``.
 
-    Returns ``(points, size, (offsets, ends, start, stop, caps), status)``; ``status`` is the inner steps
-    taken, or :data:`OUT_OF_STEPS` or :data:`NO_ROOM` when a limit stopped the search unfinished.
+    Returns ``(points, size, (offsets, ends, start, stop, caps), status, held)``; ``status`` is the inner steps
+    taken, or :data:`OUT_OF_STEPS` or :data:`NO_ROOM` when a limit stopped the search unfinished; ``held``
+    bounds the bytes of the arrays it made that were alive at once (:func:`held_bytes`).
     """
     n = w.shape[0]
     L = n - 1
@@ -369,6 +383,9 @@ def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, 
     keep = np.empty(slopes.shape[0], dtype=np.int64)
     env = (np.empty(slopes.shape[0]), np.empty(slopes.shape[0]))
     keys = np.empty(64)
+    fixed = 8 * (offsets.size + 2 * start.size + caps.size + rooted[0].size + rooted[1].size + 3 * lines_k
+                 + 3 * slopes.shape[0])
+    held = held_bytes(fixed, store, work, keys, beam, 0)
     for s in range(L, -1, -1):
         for t in range(s + 2, min(ends[s], L) + 1):
             ccap, deep, lines = node_caps_of(node_caps, rooted, prefix, w, cap, s, t, node_lines)
@@ -383,8 +400,9 @@ def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, 
             start[offsets[s] + t - s - 1] = size
             store, size = append_points(store, size, work[0], nf)
             stop[offsets[s] + t - s - 1] = size
+            held = held_bytes(fixed, store, work, keys, beam, held)
             if steps > max_steps or size > max_points:
-                return store, size, layout, OUT_OF_STEPS if steps > max_steps else NO_ROOM
+                return store, size, layout, OUT_OF_STEPS if steps > max_steps else NO_ROOM, held
         if s == L:
             continue
         lines = spine_lines(slopes, line_offsets, s, keep, env[0], env[1])
@@ -397,6 +415,7 @@ def bounded_fronts(prefix, w, after, cap, ends, node_caps, spine, beam, spread, 
         start[offsets[n] + s] = size
         store, size = append_points(store, size, work[0], nf)
         stop[offsets[n] + s] = size
+        held = held_bytes(fixed, store, work, keys, beam, held)
         if steps > max_steps or size > max_points:
-            return store, size, layout, OUT_OF_STEPS if steps > max_steps else NO_ROOM
-    return store, size, layout, steps
+            return store, size, layout, OUT_OF_STEPS if steps > max_steps else NO_ROOM, held
+    return store, size, layout, steps, held

@@ -128,8 +128,9 @@ def add_front(cand_ints, cand_cost, m, ints, cost, size):
 @kernel
 def once_points(prefix, w, regions, cap, max_steps, max_points):
     """The fronts of the spines from each ``a[s]``: int rows (peak, split, next point, ``s``), costs, and
-    each spine's range ``start[s] .. stop[s]``; and the inner steps.  Past ``max_steps`` it stops,
-    incomplete, past ``max_points`` with -1 steps."""
+    each spine's range ``start[s] .. stop[s]``; the inner steps; and at most the bytes of its arrays alive at
+    once (they only grow, each to twice what it needs, the old copy freed once copied).  Past ``max_steps`` it
+    stops, incomplete, past ``max_points`` with -1 steps."""
     n_layers = w.shape[0] - 1
     ints = np.full((1024, 4), -1, dtype=np.int64)
     cost = np.zeros(1024)
@@ -144,7 +145,7 @@ def once_points(prefix, w, regions, cap, max_steps, max_points):
     steps = 0
     for s in range(n_layers - 1, -1, -1):
         if steps > max_steps:
-            return ints[:size], cost[:size], start, stop, steps
+            return ints[:size], cost[:size], start, stop, steps, once_held(ints, cand_ints, start)
         m = 0
         kept_inside = 0                                  # bytes of a[s+1 .. i-1]
         for i in range(s + 1, n_layers + 1):
@@ -168,5 +169,13 @@ def once_points(prefix, w, regions, cap, max_steps, max_points):
         ints, cost, size = add_front(cand_ints, cand_cost, m, ints, cost, size)
         stop[s] = size
         if size > max_points:
-            return ints[:size], cost[:size], start, stop, -1
-    return ints[:size], cost[:size], start, stop, steps
+            return ints[:size], cost[:size], start, stop, -1, once_held(ints, cand_ints, start)
+    return ints[:size], cost[:size], start, stop, steps, once_held(ints, cand_ints, start)
+
+
+@kernel
+def once_held(ints, cand_ints, start):
+    """:func:`once_points`' arrays at their largest: points and candidates (four int64 and a cost a row), the
+    spines' ranges, and the old copy of the larger of the two while it grew."""
+    points, cands = 40 * ints.shape[0], 40 * cand_ints.shape[0]
+    return points + cands + 16 * start.shape[0] + max(points, cands) // 2

@@ -35,7 +35,7 @@ from fastckpt.core.resources import free_bytes
 from fastckpt.kernels import NO_ROOM, OUT_OF_STEPS, band_ends, bounded_fronts
 
 from .bounds import MARGIN, knapsack_bounds
-from .search import PlanTooCostly
+from .search import TREE_OBJECTS, PlanTooCostly
 from .trees import keep_all, points_tree, suffix_sums, walk
 
 MAX_STEPS = 4 * 10**9        # inner steps of the exact search: about 40 s on the machines measured (docs/planning.md)
@@ -45,9 +45,9 @@ POINT_BYTES = 40             # a point: peak, cost, split and two children
 NO_LIMIT = 2**62             # bytes above any peak
 LADDER_START = 1e-3          # the ladder's first budget above the knapsack bound, in forward passes
 
-Found = namedtuple("Found", "tree cost peak lower")
-Found.__doc__ = """A searched tree: its FLOPs ``cost`` and ``peak`` bytes, and ``lower``, FLOPs no tree that fits can
-do without (``lower == cost``: optimal)."""
+Found = namedtuple("Found", "tree cost peak lower held")
+Found.__doc__ = """A searched tree: its FLOPs ``cost`` and ``peak`` bytes, ``lower``, FLOPs no tree that fits can
+do without (``lower == cost``: optimal), and ``held``, at most the bytes of the search's arrays alive at once."""
 
 
 class Chain:
@@ -60,6 +60,9 @@ class Chain:
                                 dtype=np.int64)
         self.limit = min(int(limit), NO_LIMIT)
         self.bounds = knapsack_bounds(self.prefix, self.w, self.limit)
+        self.own = self.prefix.nbytes + self.w.nbytes + self.after.nbytes + \
+            sum(a.nbytes for a in vars(self.bounds).values()) + TREE_OBJECTS * (len(w) - 1)   # the trees' objects
+        self.held = self.own + 3 * self.bounds.excess.nbytes       # the bounds' temporaries while they were made
 
     @property
     def n_layers(self):
@@ -82,9 +85,10 @@ def search(chain, budget, *, beam=0, spread=np.inf, max_steps=None):
     base = budget - chain.forward + margin
     ends = band_ends(base, b.duals, b.excess, b.mu, b.kept, b.wsum, chain.w, chain.limit)
     nodes = (base, b.duals, b.mins, b.kept, b.mu, b.wsum, int(np.argmax(b.duals)))
-    points, size, layout, status = bounded_fronts(
+    points, size, layout, status, held = bounded_fronts(
         chain.prefix, chain.w, chain.after, chain.limit, ends, nodes, (budget + margin, b.mu, b.spine), beam, spread,
         (MAX_STEPS if max_steps is None else max_steps, free_bytes() // 2 // POINT_BYTES))
+    chain.held = max(chain.held, chain.own + ends.nbytes + held)
     offsets, _, start, stop, _ = layout
     root = offsets[-1]
     if status < 0 or stop[root] == start[root]:
@@ -105,6 +109,7 @@ def first_tree(chain):
                 return points_tree(points, root), float(points[1][root]), int(points[0][root])
             if status == OUT_OF_STEPS or status == NO_ROOM:
                 return None
+            del points                          # freed before the next search, not held beside it
             gap *= 4
     return None
 
@@ -122,6 +127,7 @@ def ladder(chain):
         root, points, status = search(chain, budget)
         if root is not None or status < 0 or budget == np.inf:
             return root, points, status
+        del points                              # freed before the next search, not held beside it
         gap *= 4
 
 
@@ -133,14 +139,14 @@ def least_flops(flops, w, limit, grads=None):
     whole = keep_all(0, chain.n_layers + 1)
     peak = walk(whole, chain.n_layers, list(w), None if grads is None else list(grads))[5]
     if peak <= limit:
-        return Found(whole, chain.forward, peak, chain.forward)
+        return Found(whole, chain.forward, peak, chain.forward, chain.held)
     first = first_tree(chain)
     root, points, status = search(chain, first[1]) if first is not None else ladder(chain)
     if root is not None:
         cost = float(points[1][root])
-        return Found(points_tree(points, root), cost, int(points[0][root]), cost)
+        return Found(points_tree(points, root), cost, int(points[0][root]), cost, chain.held)
     if first is not None:
-        return Found(first[0], first[1], first[2], chain.forward + chain.bounds.recompute)
+        return Found(first[0], first[1], first[2], chain.forward + chain.bounds.recompute, chain.held)
     if status >= 0:
         return None
     raise PlanTooCostly(f"planning a search over every schedule over {chain.n_layers} layers found no schedule "

@@ -81,6 +81,10 @@ class Plan:
         For a tensor shard (:func:`shard_plan`), per layer whether it is row-split
         (:func:`fastckpt.core.layout.tensor_split`); ``sizes`` are then the shard's own widths.
         Empty for a net that is not split.
+    table_bytes : int
+        At most the bytes the strategy's search held at once while it planned (``revolve``'s tables exactly,
+        ``budget``'s and ``fit``'s fronts as they grew); 0 for the fixed strategies.  Not part of the step:
+        the whole run counts it (NOTE [ The whole run ] in :mod:`fastckpt.planner.run`).
     """
 
     sizes: tuple
@@ -100,6 +104,7 @@ class Plan:
     optimizer: object = field(default_factory=SGD)
     least_recompute: object = None
     row_split: tuple = ()
+    table_bytes: int = 0
 
     def _key(self):
         return (self.sizes, self.batch_size, self.dtype, str(self.strategy), self.optimizer_in_backward,
@@ -203,9 +208,9 @@ class Plan:
 
 
 def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backward=False,
-                 blas_threads=1, optimizer=None, row_split=(), least_flops=None):
+                 blas_threads=1, optimizer=None, row_split=(), least_flops=None, table_bytes=0):
     """Lay a tree out for one batch size and dtype; ``least_flops``: the search's certificate, if any
-    (:attr:`Plan.least_recompute`)."""
+    (:attr:`Plan.least_recompute`); ``table_bytes``: what the search held (:attr:`Plan.table_bytes`)."""
     sizes = tuple(int(s) for s in sizes)
     dtype = np.dtype(dtype)
     n_layers = len(sizes) - 1
@@ -225,7 +230,7 @@ def compile_plan(sizes, batch_size, dtype, tree, strategy, *, optimizer_in_backw
     return Plan(sizes, int(batch_size), dtype, strategy, tree, tuple(ops), reads, writes, kept,
                 counts, peak // item, bool(optimizer_in_backward), int(blas_threads), arena // item,
                 SGD() if optimizer is None else parse_optimizer(optimizer), least_recompute=least,
-                row_split=tuple(bool(r) for r in row_split))
+                row_split=tuple(bool(r) for r in row_split), table_bytes=int(table_bytes))
 
 
 def reshard(plan, sizes):
@@ -233,7 +238,7 @@ def reshard(plan, sizes):
     offsets and bytes (:func:`shard_plan`); no certificate (the search ran on the widest shard)."""
     return compile_plan(sizes, plan.batch_size, plan.dtype, plan.tree, plan.strategy,
                         optimizer_in_backward=plan.optimizer_in_backward, blas_threads=plan.blas_threads,
-                        optimizer=plan.optimizer, row_split=plan.row_split)
+                        optimizer=plan.optimizer, row_split=plan.row_split, table_bytes=plan.table_bytes)
 
 
 def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_backward=False,
@@ -282,13 +287,13 @@ def plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, optimizer_in_
     threads = current_blas_threads() if blas_threads is None else check_positive_int(blas_threads, "blas_threads")
     sums = sum_bytes(sizes, row_split, batch_size, dtype.itemsize)
     try:
-        tree, least = strategy.step_search(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward),
+        tree, least, held = strategy.step_search(sizes, batch_size, dtype.itemsize, bool(optimizer_in_backward),
                                            threads, optimizer.slots, sums)
     except PlanTooCostly as exc:
         raise PlanTooCostly(f"{strategy}: {exc}") from None
     return compile_plan(sizes, batch_size, dtype, tree, strategy, optimizer_in_backward=optimizer_in_backward,
                         blas_threads=threads, optimizer=optimizer, row_split=row_split,
-                        least_flops=least)
+                        least_flops=least, table_bytes=held)
 
 
 def shard_plan(sizes, batch_size, dtype=np.float64, strategy="plain", *, shards, shard, **options):

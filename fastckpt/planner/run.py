@@ -80,9 +80,9 @@ def inference_bytes(sizes, n_rows, dtype=np.float64, *, staged=True, chunk=EVAL_
 # chunk of reading and the file's arrays it converts (one-hot labels, say) until it returns
 # (:func:`fastckpt.data.loading_bytes`), the part ``loading`` where that is more than the run adds.
 # A strategy that searches for its tree plans before the step's buffers exist, beside the data, the parameters
-# and the objects but the plan's ops: ``revolve(k)``'s tables (``Strategy.table_bytes``), megabytes at a few
-# hundred layers, are the part ``planning`` (by how much) where that is more than the run holds later.
-# ``budget``'s fronts are not counted yet.
+# and the objects but the plan's ops: what its search held (``Plan.table_bytes``: ``revolve(k)``'s tables,
+# ``budget``'s and ``fit``'s fronts, megabytes at a few hundred layers) is the part ``planning`` (by how much)
+# where that is more than the run holds later.
 # tests/test_whole_run.py holds memray's peak over a whole ``SGD`` and a whole ``fastckpt train`` to this.
 NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS table (with a gathered minibatch),
                                   # an evaluation and a save but the largest: they are never held together,
@@ -219,7 +219,7 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
     if beyond > 0:          # before the run, beside the data and objects alone: counted where it is the larger
         parts["loading"] = beyond
         total += beyond
-    tables = plan.strategy.table_bytes(sizes)
+    tables = plan.table_bytes
     planning = parts["data"] + parts["step: parameters"] + object_bytes(plan, command, ops=False) + tables - total
     if tables and planning > 0:     # the search's tables, before the step's buffers: where they are the larger
         parts["planning"] = planning

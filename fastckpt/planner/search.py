@@ -81,6 +81,11 @@ def check_steps(what, n, steps):
 
 
 _NO_LIMIT = 2**62                            # bytes above any peak
+# The Python objects a search makes beside its arrays, per layer: the trees it builds (a tuple a node), the dict
+# that builds the winner and the walk of the tree that keeps everything; measured 100-650 bytes a layer on
+# CPython 3.11 (81 to 151 layers, with the gradients in the arena too), counted at 768; the recompute-once
+# search builds one spine, 80-140 bytes a layer, counted at 256.
+TREE_OBJECTS, ONCE_OBJECTS = 768, 256
 
 
 def region_table(w):
@@ -143,10 +148,11 @@ def revolve_tree(flops, w, slots):
 
 
 class Front:
-    """Pareto front of one chain: ``peaks`` (bytes) rising, ``costs`` (FLOPs) falling, and their trees."""
+    """Pareto front of one chain: ``peaks`` (bytes) rising, ``costs`` (FLOPs) falling, and their trees;
+    ``held``: at most the bytes of the search's arrays alive at once (0: not counted)."""
 
-    def __init__(self, peaks, costs, tree):
-        self.peaks, self.costs, self._tree = peaks, costs, tree
+    def __init__(self, peaks, costs, tree, held=0):
+        self.peaks, self.costs, self._tree, self.held = peaks, costs, tree, held
 
     def tree(self, k):
         """The schedule tree of point ``k``."""
@@ -173,7 +179,7 @@ def multi_front(flops, w, limit, grads=None):
     ends[-1] = n
     price, zeros = np.zeros(1), np.zeros((1, n))                  # one price of nothing: no bound prunes
     unbounded = (np.inf, price, zeros, zeros, price, zeros[0], 0)
-    points, _, layout, steps = bounded_fronts(prefix, w, after, cap, ends, unbounded, (np.inf, price, zeros), 0,
+    points, _, layout, steps, _ = bounded_fronts(prefix, w, after, cap, ends, unbounded, (np.inf, price, zeros), 0,
                                               np.inf, (MAX_STEPS, max_points()))
     check_steps("a search over every schedule", n, steps)
     offsets, _, start, stop, _ = layout
@@ -191,7 +197,7 @@ def once_front(flops, w, limit):
     check_room("a search over the recompute-once schedules", n_layers + 1, 8 * (n_layers + 2) ** 2)
     prefix, w, regions = _inputs(flops, w)
     cap = _NO_LIMIT if limit is None else min(limit, _NO_LIMIT)
-    ints, cost, start, stop, steps = once_points(prefix, w, regions, cap, MAX_STEPS, max_points())
+    ints, cost, start, stop, steps, held = once_points(prefix, w, regions, cap, MAX_STEPS, max_points())
     check_steps("a search over the recompute-once schedules", n_layers + 1, steps)
     first, end = start[0], stop[0]
 
@@ -205,7 +211,8 @@ def once_front(flops, w, limit):
         for s, i in reversed(nodes):
             t = (i, t, keep_all(s, i))
         return t
-    return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree)
+    return Front(ints[first:end, 0].tolist(), cost[first:end].tolist(), tree,
+                 held + prefix.nbytes + w.nbytes + regions.nbytes + ONCE_OBJECTS * n_layers)
 
 
 def least_peak(search, flops, w, grads=None):

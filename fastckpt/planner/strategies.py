@@ -36,20 +36,16 @@ class Strategy:
 
     def step_search(self, sizes, batch_size, itemsize, optimizer_in_backward=False, blas_threads=1,
                     optimizer_slots=0, extra_bytes=0):
-        """``(tree, least)``: the tree for a whole training step, :meth:`tree` unless the strategy bounds the
-        step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads, the optimizer's state
-        (``optimizer_slots`` buffers the size of the parameters) and ``extra_bytes`` the step holds besides (a
-        tensor shard's sums); and, for a strategy that searches, the forward FLOPs no tree it searched could do
-        with less (equal to the tree's own when it is optimal), None otherwise."""
-        return self.tree(sizes, batch_size, itemsize), None
+        """``(tree, least, held)``: the tree for a whole training step, :meth:`tree` unless the strategy bounds
+        the step's total bytes (:class:`Fit`), which depend on the update mode, BLAS threads, the optimizer's
+        state (``optimizer_slots`` buffers the size of the parameters) and ``extra_bytes`` the step holds besides
+        (a tensor shard's sums); for a strategy that searches, the forward FLOPs no tree it searched could do
+        with less (equal to the tree's own when it is optimal), None otherwise; and at most the bytes the
+        search's tables held at once (0 for the strategies that keep fixed checkpoints: linear in the depth)."""
+        return self.tree(sizes, batch_size, itemsize), None, 0
 
     def check(self, sizes):
         """Refuse a net this strategy cannot apply to, whatever the batch size (cheap: no search)."""
-
-    def table_bytes(self, sizes):
-        """The bytes the search for a tree holds at once before the step's buffers exist (its tables), as
-        counted; 0 for a strategy that does not search or whose search is not counted (``budget``, ``fit``)."""
-        return 0
 
     def __repr__(self):
         return str(self)
@@ -139,11 +135,8 @@ class Revolve(Strategy):
         n_layers = len(sizes) - 1
         flops = forward_flops(sizes, batch_size)
         tree = revolve_tree(flops, state_bytes(sizes, batch_size, itemsize), min(self.slots, n_layers))
-        return tree, tree_cost(tree, n_layers, flops)[0]               # the search is exact
-
-    def table_bytes(self, sizes):
-        n_layers = len(sizes) - 1
-        return revolve_table_bytes(n_layers + 1, self.slots) if self.slots < n_layers else 0
+        held = revolve_table_bytes(n_layers + 1, self.slots) if self.slots < n_layers else 0
+        return tree, tree_cost(tree, n_layers, flops)[0], held          # the search is exact
 
     def __str__(self):
         return f"revolve({self.slots})"
@@ -174,7 +167,7 @@ class Budget(Strategy):
         flops = forward_flops(sizes, batch_size)
         if self.recompute == "once":
             front = once_front(flops, w, self.nbytes - fixed)
-            found = (front.tree(len(front.peaks) - 1), front.costs[-1]) if front.peaks else None
+            found = (front.tree(len(front.peaks) - 1), front.costs[-1], front.held) if front.peaks else None
         else:
             found = searched(least_flops, flops, w, self.nbytes - fixed) if self.nbytes > fixed else None
         if found is None:
@@ -259,9 +252,10 @@ class InfeasiblePlan(ValueError):
 
 # -- helpers ----------------------------------------------------------------------------------
 def searched(search, *args):
-    """``(tree, least)`` of ``search(*args)`` (a :class:`~fastckpt.planner.bounded.Found` or None), or None."""
+    """``(tree, least, held)`` of ``search(*args)`` (a :class:`~fastckpt.planner.bounded.Found` or None), or
+    None."""
     found = search(*args)
-    return None if found is None else (found.tree, found.lower)
+    return None if found is None else (found.tree, found.lower, found.held)
 
 
 def _positive(value, where, name):
