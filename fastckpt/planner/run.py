@@ -220,7 +220,8 @@ def run_bytes(plan, training, test=None, *, updates, save=False, epochs=1, valid
         parts["loading"] = beyond
         total += beyond
     tables = plan.table_bytes
-    planning = parts["data"] + parts["step: parameters"] + object_bytes(plan, command, ops=False) + tables - total
+    planning = parts["data"] + parts["step: parameters"] + parts["step: optimizer_state"] + tables - total + \
+        object_bytes(plan, command, ops=False)          # the optimizer's state is made with the net, before its plan
     if tables and planning > 0:     # the search's tables, before the step's buffers: where they are the larger
         parts["planning"] = planning
         total += planning
