@@ -284,13 +284,13 @@ class Network(Predicting):
         x_train, y_train, epochs, mini_batch_size, eta = check_training(
             self, training_data, epochs, mini_batch_size, eta)
         starts, stopping = batch_starts(len(x_train), mini_batch_size, drop_last), check_early_stopping(early_stopping)
+        planned = self.step_plan(mini_batch_size)
         if max_memory is not None:
-            planned = self.step_plan(mini_batch_size)
             bound_the_run(planned, (x_train, y_train), test_data, validation=val_data,
                           updates=epochs * len(starts), epochs=epochs, bound=max_memory, shuffled=shuffle is not False,
                           held=held_arrays(given, test_data, validation, val_data),
                           best=bool(stopping and stopping.restore_best_weights))
-            self.engine(mini_batch_size, planned)
+        self.engine(mini_batch_size, planned)     # planned before the run makes anything else (an epoch's order)
         order = EpochOrder(x_train, y_train, mini_batch_size, shuffle)
 
         def update(start, rate):
