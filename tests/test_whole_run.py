@@ -546,7 +546,7 @@ def test_a_search_s_tables_are_the_planning_part_where_they_are_the_peak(strateg
             data(1), 1, batch, 0.1, verbose=False, max_memory=predicted["total"])
     memray_peak(run)                                                    # the warm-up, under memray too
     peak = memray_peak(run)
-    assert 0 <= predicted["total"] - peak <= 192 * 1024, (peak, predicted)     # objects counted at their most
+    assert 0 <= predicted["total"] - peak <= 256 * 1024, (peak, predicted)     # objects counted at their most
 
 
 @pytest.mark.bounds
@@ -620,3 +620,17 @@ def test_a_run_bounded_with_an_engine_already_built_counts_that_engine_s_plan():
     with pytest.raises(ValueError, match=r"plan: Plan\(\[30, 40, 4\].* is not of this net \(\[30, 40, 4\], dtype "
                                          r"float32"):
         fastckpt.Network([30, 40, 4], dtype=np.float32).engine(8, net.plan(8))
+
+
+@pytest.mark.bounds
+def test_a_deep_narrow_train_run_keeps_within_its_max_memory(capsys):
+    """300 layers of width 4: fastckpt train's objects came to some 430 bytes a layer more than counted (its
+    evaluation's engine, its parameters' views) and a run taken at --max-memory 12080000 peaked 128 KB over."""
+    common = ["train", "--sizes", ",".join(["784"] + ["4"] * 300 + ["10"]), "--batch-size", "32",
+              "--optimizer-in-backward", "--epochs", "1", "--json"]
+    bound = 12_080_000
+    assert cli.main([*common, "--max-memory", str(bound)]) == 0                    # warm-up: its kernels loaded
+    capsys.readouterr()
+    peak = memray_peak(lambda: cli.main([*common, "--max-memory", str(bound)]))
+    assert json.loads(capsys.readouterr().out)["strategy"].startswith("fit(")
+    assert peak <= bound, peak

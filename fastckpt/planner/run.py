@@ -92,8 +92,9 @@ NOT_AT_ONCE = "not held at once"   # run_bytes' part taking off the step's BLAS 
 # of the plan.  memray counts them one by one; measured on CPython 3.11 for nets of 3 to 97 layers and plans of
 # 7 to 926 ops (plain, sqrt, revolve, the optimizer in backward), and counted here at the most they came to.
 # Some runs came to 4.4 KiB more than the most seen before (2026-11-29, the same run 1 time in 3: CPython's
-# free lists and allocator pools), so the base holds 8 KiB more.
-OBJECTS_BASE, OBJECTS_PER_LAYER, OBJECTS_PER_OP = 28 * 1024, 1250, 290
+# free lists and allocator pools), so the base holds 8 KiB more.  A 300-layer net's ``fastckpt train`` came to
+# 430 bytes a layer more (its evaluation's engine, its parameters' views), so a layer counts 1,700.
+OBJECTS_BASE, OBJECTS_PER_LAYER, OBJECTS_PER_OP = 28 * 1024, 1700, 290
 OBJECTS_COMMAND = 52 * 1024      # the command's own besides: its parsed arguments, its result, its data's names
 UPDATE_BYTES = 32 + 24 + 24   # per update: its RSS (an int below 2**60) and time in the lab's lists, its loss
 EPOCH_BYTES = 5 * 24          # per epoch: its rate, mean loss, accuracy, validation loss and score in
