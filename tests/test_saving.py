@@ -511,17 +511,28 @@ def test_resume_refuses_a_damaged_mode_bound_order_split_or_schedule(tmp_path, c
     ({}, {"strategy": "fit(10)"}, "the strategy its run trained with, fit(10): [784, 16, 10] at batch 10 in float64 "
                                   "needs at least"),
     ({}, {"strategy": "budget(10)"}, "the strategy its run trained with, budget(10): [784, 16, 10] at batch 10 "),
+    ({}, {"strategy": "revolve(0)"}, "strategy 'revolve(0)': revolve(slots): slots must be an integer >= 1, got 0"),
+    ({"lr_schedule": "step(1, 1e200)"}, {}, "its training state's lr_schedule step(1, 1e+200) from eta 3.0 gives "
+                                            "epoch 3/3 a learning rate of inf"),
+    ({"parallel_batches": 401}, {}, "its training state's parallel_batches 401 is more than the 400 mini-batches"),
+    ({"mode": "on one process "}, {}, "its training state's mode 'on one process ' is damaged"),
+    ({"mode": "x" * 1000}, {}, "its training state's mode 'xxxxxxxxxx"),
 ])
 def test_resume_names_the_file_whose_split_batch_or_strategy_cannot_train(tmp_path, training, meta, message):
     """A file edited by hand (or a fit(bytes) too small for another machine's BLAS buffers) was refused by a check
-    inside training naming neither the file nor the field ("mini_batch_size must be <= the 4 training samples")."""
+    inside training naming neither the file nor the field ("mini_batch_size must be <= the 4 training samples"),
+    or naming a flag not given (--lr-schedule, --parallel-batches); a mode with a space more read as the same
+    mode ("was trained on one process , and this run would go on on one process"), and a long one was shown
+    whole.  Each is one short line naming the file and the field."""
     assert _train("--epochs", "1", "--validation", "0.1", "--save", "p.npz", cwd=tmp_path).returncode == 0
     _rewrite(tmp_path / "p.npz", meta={"training": {**fastckpt.load(tmp_path / "p.npz").training_state, **training,
                                                     "rng": _saved_rng(tmp_path / "p.npz")}, **meta})
+    edited = (tmp_path / "p.npz").read_bytes()
     proc = run_cli("train", "--resume", "p.npz", "--epochs", "3", "--save", "p.npz", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith(f"fastckpt train: error: --resume 'p.npz': {message}"), \
         proc.stderr
-    assert proc.stderr.count("\n") == 1 and fastckpt.load(tmp_path / "p.npz").training_state["epochs_done"] == 1
+    assert proc.stderr.count("\n") == 1 and len(proc.stderr) < 400, proc.stderr
+    assert (tmp_path / "p.npz").read_bytes() == edited                            # nothing trained or written
 
 
 def test_resume_of_a_file_whose_mode_is_null_goes_on_on_one_process(tmp_path):

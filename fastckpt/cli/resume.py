@@ -140,14 +140,7 @@ def resumed(args):
         raise ValueError(f"--resume {args.resume!r}: the file holds a net but no training state; "
                          "train --save writes one after every epoch")
     _check_state(state, args.resume)
-    trained = state.get("mode") or "on one process"          # null, as a file without it: one process
-    try:
-        trained = file_mode(trained, args.resume)
-        pipeline = file_pipeline(trained)
-    except (KeyError, ValueError, IndexError) as exc:
-        if "fastckpt 0.3" in str(exc):
-            raise
-        raise ValueError(f"--resume {args.resume!r}: its training state's mode {trained!r} is damaged") from None
+    trained, pipeline = _trained_mode(state, args.resume)
     now = run_mode(args, pipeline)                    # --micro-batches, --schedule ... default to the file's
     if trained != now:
         raise ValueError(f"--resume {args.resume!r} was trained {trained}, and this run would go on {now}: resume "
@@ -192,6 +185,14 @@ def resumed(args):
                             pipeline=pipeline)
 
 
+def from_file(args, key, flag):
+    """How a refusal names the setting ``key``: ``flag`` when given (or no file is resumed), else the --resume
+    file's field it came from."""
+    if getattr(args, key, None) is not None or not args.resume:
+        return flag
+    return f"--resume {args.resume!r}: its training state's {key}"
+
+
 def check_resumed_samples(path, state, n):
     """The --resume file's run trained on ``n`` samples (the data's, before a validation split), and its
     validation fraction and batch size leave a mini-batch to train on: a file edited by hand is refused naming
@@ -207,6 +208,22 @@ def check_resumed_samples(path, state, n):
     if state["batch_size"] > left:
         raise ValueError(f"--resume {path!r}: its training state's batch_size {state['batch_size']} is more than "
                          f"the {left} samples it trains on{held}")
+
+
+def _trained_mode(state, path):
+    """The --resume file's recorded mode as :func:`run_mode` writes it today, and its pipeline options; a
+    ValueError naming the file when the mode is none that run_mode writes."""
+    trained = state.get("mode") or "on one process"          # null, as a file without it: one process
+    try:
+        if trained != "on one process" and not trained.startswith("with --"):
+            raise ValueError("not a mode run_mode writes")
+        trained = file_mode(trained, path)
+        return trained, file_pipeline(trained)
+    except (KeyError, ValueError, IndexError) as exc:
+        if "fastckpt 0.3" in str(exc):
+            raise
+        shown = repr(trained) if len(repr(trained)) <= 60 else repr(trained)[:60] + "..."
+        raise ValueError(f"--resume {path!r}: its training state's mode {shown} is damaged") from None
 
 
 def _refuse_what_cannot_go_on(args, state):

@@ -28,7 +28,7 @@ from .notes import say_before_training
 from .options import TRAIN_DEFAULTS, check_grid_options, check_lone_flags, grid_axes, on_ranks, pipeline_options
 from .progress import TrainBar
 from .result import report
-from .resume import SETTINGS, Saver, check_resumed_samples, resumed, run_mode, training_state, with_strategy
+from .resume import SETTINGS, Saver, check_resumed_samples, from_file, resumed, run_mode, training_state, with_strategy
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def train(args):
     net, state, saved = resumed(args) if args.resume else (None, None, None)
     run = settle(args, saved)
     done = state["epochs_done"] if state else 0
-    parse_lr_schedule(run.lr_schedule).check_rates(run.eta, done, args.epochs - done, "--lr-schedule")
+    parse_lr_schedule(run.lr_schedule).check_rates(run.eta, done, args.epochs - done, from_file(
+        args, "lr_schedule", "--lr-schedule"))
     if not ranks:                                          # a rank plans (and bounds) its own part
         _check_trainable(args, run)                        # before any rank allocates it
     guard = RankGuard() if ranks else None                 # this rank leaving before training ends ends the job
@@ -222,7 +223,8 @@ def _one_net(args, run, net, state, training, test):
     averaged = per_update or args.threads
     batches = -(-len(training[0]) // run.batch_size)
     if per_update and per_update > batches:
-        raise ValueError(f"--parallel-batches {per_update} is more than the {batches} mini-batches of "
+        raise ValueError(f"{from_file(args, 'parallel_batches', '--parallel-batches')} {per_update} is more than "
+                         f"the {batches} mini-batches of "
                          f"{run.batch_size} in an epoch of {len(training[0])} samples: give at most {batches}")
     if not args.json and averaged > 1:
         print(f"fastckpt train: note: each update averages {averaged} mini-batches, so an epoch makes {averaged} "

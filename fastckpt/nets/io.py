@@ -50,7 +50,11 @@ def save_arrays(path, sizes, dtype, weights, biases, *, loss="quadratic", l2=0.0
 def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward, activation, optimizer):
     """A net with zero parameters, made without drawing from ``numpy.random``: a
     :class:`NetworkWithCheckpointing` unless ``strategy`` is plain."""
-    strategy = parse_strategy(strategy)
+    try:
+        strategy = parse_strategy(strategy)
+    except ValueError as exc:                       # a file's: named as its field
+        shown = repr(strategy) if len(repr(strategy)) <= 60 else repr(strategy)[:60] + "..."
+        raise ValueError(f"strategy {shown}: {exc}") from None
     kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2, "activation": activation,
               "optimizer": optimizer}
     if isinstance(strategy, Plain):
