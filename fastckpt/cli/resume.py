@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 
+from fastckpt.core.checks import shown_value
 from fastckpt.core.files import npz_name
 from fastckpt.core.lr import parse_lr_schedule
 from fastckpt.engine.sharing import fix_threads, fixed_threads
@@ -222,8 +223,7 @@ def _trained_mode(state, path):
     except (KeyError, ValueError, IndexError) as exc:
         if "fastckpt 0.3" in str(exc):
             raise
-        shown = repr(trained) if len(repr(trained)) <= 60 else repr(trained)[:60] + "..."
-        raise ValueError(f"--resume {path!r}: its training state's mode {shown} is damaged") from None
+        raise ValueError(f"--resume {path!r}: its training state's mode {shown_value(trained)} is damaged") from None
 
 
 def _refuse_what_cannot_go_on(args, state):
@@ -300,7 +300,7 @@ def _check_state(state, path):
         value = state.get(key)
         ok = type(value) is int or (kind is float and type(value) is float and np.isfinite(value))
         if not ok or value < least or (most is not None and value > most):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+            shown = shown_value(value)
             raise ValueError(f"{where} needs {key} as {'an integer' if kind is int else 'a number'} >= {least}"
                              + (f" and <= {most}" if ok and value > least else "") + f", got {shown}")
     accuracies = state.get("accuracies")
@@ -330,7 +330,7 @@ def _check_run_fields(state, where):
     for key, (kind, ok) in checks.items():
         value = state.get(key)
         if value is not None and not ok(value):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:60] + "..."
+            shown = shown_value(value)
             raise ValueError(f"{where} needs {key} as {kind} or null, got {shown}")
 
 

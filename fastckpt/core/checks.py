@@ -11,6 +11,12 @@ from fastckpt.kernels import all_finite, label_range, one_hot
 _MAX = float(np.finfo(np.float64).max)
 
 
+def shown_value(value, most=60):
+    """``repr(value)`` for an error message, cut at ``most`` characters (a file's field can be megabytes)."""
+    shown = repr(value)
+    return shown if len(shown) <= most else shown[:most] + "..."
+
+
 def check_sizes(sizes):
     """Layer widths as a tuple of positive ints."""
     if isinstance(sizes, (Mapping, Set, bytes, bytearray, memoryview)):   # no layer order, or bytes, not widths

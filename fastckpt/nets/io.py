@@ -1,5 +1,6 @@
 """Saved nets back as nets: :func:`load`, and :func:`save_arrays` for trainers that hold no net."""
 from fastckpt.core import fileformat
+from fastckpt.core.checks import shown_value
 from fastckpt.planner.strategies import Plain, parse_strategy
 
 from .checkpointing import NetworkWithCheckpointing
@@ -53,8 +54,7 @@ def blank(sizes, dtype, *, loss, l2, strategy, optimizer_in_backward, activation
     try:
         strategy = parse_strategy(strategy)
     except ValueError as exc:                       # a file's: named as its field
-        shown = repr(strategy) if len(repr(strategy)) <= 60 else repr(strategy)[:60] + "..."
-        raise ValueError(f"strategy {shown}: {exc}") from None
+        raise ValueError(f"strategy {shown_value(strategy)}: {exc}") from None
     kwargs = {"optimizer_in_backward": optimizer_in_backward, "loss": loss, "l2": l2, "activation": activation,
               "optimizer": optimizer}
     if isinstance(strategy, Plain):
